@@ -1,0 +1,322 @@
+"""Verified downloads: stream to ``<dest>.part``, check size and checksum, rename.
+
+A file is only ever visible under its final name once its size and checksum
+have been verified, so a crashed or interrupted run can never leave a
+corrupt ``dest`` behind. Interrupted transfers resume from the ``.part`` file
+with an HTTP ``Range`` request when the server honours it.
+
+Every download is checked against something: a published checksum (``sha256``
+or ``md5``) or, when none is published, the sha256 recorded on first download
+in a lock file (``resources/checksums.lock``) that the user commits. Asking for
+a download with neither is an error, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+try:  # POSIX only; without it concurrent lock-file updates are not serialised.
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+__all__ = [
+    "ChecksumError",
+    "DownloadError",
+    "fetch",
+    "file_digest",
+    "read_lockfile",
+]
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "distrank-fetch/0.1 (+python-urllib)"
+# Statuses worth another try: the server or a proxy is temporarily unhappy.
+TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class DownloadError(RuntimeError):
+    """The file could not be downloaded (after all retries)."""
+
+
+class ChecksumError(DownloadError):
+    """A downloaded (or existing) file does not match its expected size or checksum."""
+
+
+class _Transient(Exception):
+    """Internal: an attempt failed in a way that another attempt may fix."""
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
+    """Hex digest of a file, read in chunks."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(
+    url: str,
+    dest: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    md5: str | None = None,
+    size: int | None = None,
+    lockfile: str | os.PathLike | None = None,
+    retries: int = 3,
+    timeout: float = 60,
+    chunk: int = 1 << 20,
+    backoff: float = 2.0,
+) -> Path:
+    """Download ``url`` to ``dest`` and verify it; return ``dest`` as a Path.
+
+    Parameters
+    ----------
+    url : the source (http, https or file URL).
+    dest : final path; the transfer goes to ``<dest>.part`` and is renamed
+        atomically (``os.replace``) once verified.
+    sha256, md5 : published checksums (hex); every one given is checked.
+    size : expected size in bytes, checked when given.
+    lockfile : JSON file mapping url -> {"sha256", "size"}. Used only when no
+        checksum is given: the first download records its sha256 and size
+        there, later calls verify against the record.
+    retries : extra attempts after the first, for network errors, truncated
+        responses and transient HTTP statuses (5xx, 408, 429).
+    timeout : socket timeout per attempt, in seconds.
+    chunk : read size in bytes.
+    backoff : seconds before the first retry, doubled on each further retry.
+
+    If ``dest`` already exists and verifies, nothing is downloaded. On a size
+    or checksum mismatch the bad file is deleted and :class:`ChecksumError`
+    names the URL, the file, and the expected and actual values.
+    """
+    dest = Path(dest)
+    sha256 = sha256.lower() if sha256 else None
+    md5 = md5.lower() if md5 else None
+    if sha256 is None and md5 is None and lockfile is None:
+        raise ValueError(
+            f"refusing to download {url} without verification: give sha256= or md5=, "
+            "or a lockfile= to record the checksum of the first download"
+        )
+    record_in_lock = from_lock = False
+    if sha256 is None and md5 is None:
+        entry = read_lockfile(lockfile).get(url)
+        if entry is None:
+            record_in_lock = True
+        else:
+            sha256, from_lock = entry["sha256"], True
+            if size is not None and entry.get("size") not in (None, size):
+                raise ChecksumError(
+                    f"{url}: size={size} was requested but {lockfile} records size={entry['size']}"
+                )
+            size = entry.get("size", size)
+
+    expected = _Expected(sha256=sha256, md5=md5, size=size,
+                         lockfile=lockfile if from_lock else None)
+
+    if dest.exists():
+        problem = expected.problem(dest)
+        if problem is None:
+            if record_in_lock:
+                # Trust on first use also covers a file the user put there by hand.
+                _record_in_lockfile(lockfile, url, dest)
+            return dest
+        log.warning("%s exists but does not verify (%s); downloading it again", dest, problem)
+        dest.unlink()
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    log.info("downloading %s to %s", url, dest)
+    _download_with_retries(url, part, size=size, retries=retries, timeout=timeout,
+                           chunk=chunk, backoff=backoff)
+    problem = expected.problem(part)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise ChecksumError(f"download of {url} to {dest} failed verification: {problem}; "
+                            "the bad file was deleted" + expected.lock_hint())
+    os.replace(part, dest)
+    if record_in_lock:
+        _record_in_lockfile(lockfile, url, dest)
+    return dest
+
+
+class _Expected:
+    """What a file must look like, and a readable account of how it differs."""
+
+    def __init__(self, *, sha256, md5, size, lockfile):
+        self.sha256, self.md5, self.size = sha256, md5, size
+        self.lockfile = lockfile  # set only when the expectation came from the lock file
+
+    def problem(self, path: Path) -> str | None:
+        actual_size = path.stat().st_size
+        if self.size is not None and actual_size != self.size:
+            return f"size: expected {self.size} bytes, got {actual_size} ({path})"
+        for name, want in (("sha256", self.sha256), ("md5", self.md5)):
+            if want is not None:
+                got = file_digest(path, name)
+                if got != want:
+                    return f"{name}: expected {want}, got {got} ({path})"
+        return None
+
+    def lock_hint(self) -> str:
+        if self.lockfile is None:
+            return ""
+        return (f". The expected sha256 was recorded in {self.lockfile} on first download; "
+                "if the upstream file legitimately changed, delete its entry there")
+
+
+def _download_with_retries(url, part: Path, *, size, retries, timeout, chunk, backoff) -> None:
+    failures = []
+    for attempt in range(retries + 1):
+        if attempt:
+            delay = backoff * 2 ** (attempt - 1)
+            log.info("retrying %s in %.1f s (attempt %d of %d)",
+                     url, delay, attempt + 1, retries + 1)
+            time.sleep(delay)
+        try:
+            _download_once(url, part, size=size, timeout=timeout, chunk=chunk)
+            return
+        except _Transient as err:
+            failures.append(str(err))
+            log.warning("download of %s failed: %s", url, err)
+    raise DownloadError(f"could not download {url} after {retries + 1} attempts; "
+                        f"last error: {failures[-1]} (partial data kept in {part} for resuming)")
+
+
+def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
+    """One attempt: resume ``part`` if possible, else start it afresh."""
+    offset = part.stat().st_size if part.exists() else 0
+    if size is not None and offset > size:
+        part.unlink()
+        offset = 0
+    if size is not None and offset == size:
+        return  # a previous attempt got everything; verification decides
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and offset:
+            # Our partial file does not fit the server's idea of the file: start over.
+            part.unlink()
+            raise _Transient(f"HTTP 416 for range starting at {offset}; restarting") from err
+        if err.code in TRANSIENT_STATUSES:
+            raise _Transient(f"HTTP {err.code} {err.reason}") from err
+        raise DownloadError(f"could not download {url}: HTTP {err.code} {err.reason}") from err
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        raise _Transient(f"{type(err).__name__}: {getattr(err, 'reason', err)}") from err
+
+    with response:
+        status = getattr(response, "status", None)
+        if status == 206 and offset:
+            if _range_start(response) != offset:
+                part.unlink()
+                raise _Transient(f"server answered the range request for byte {offset} with "
+                                 f"{response.headers.get('Content-Range')!r}; restarting")
+            mode = "ab"
+            log.info("resuming %s at byte %d", url, offset)
+        else:
+            mode, offset = "wb", 0  # the server ignored the range: restart
+        length = response.headers.get("Content-Length")
+        expected_body = int(length) if length is not None else None
+        received = 0
+        try:
+            with open(part, mode) as out:
+                while block := response.read(chunk):
+                    out.write(block)
+                    received += len(block)
+        except (OSError, http.client.HTTPException) as err:
+            raise _Transient(f"transfer interrupted after {offset + received} bytes: "
+                             f"{type(err).__name__}: {err}") from err
+    if expected_body is not None and received != expected_body:
+        raise _Transient(f"response truncated: got {received} of {expected_body} bytes")
+
+
+def _range_start(response) -> int | None:
+    """First byte of a ``Content-Range: bytes a-b/n`` header, or None."""
+    value = response.headers.get("Content-Range", "")
+    unit, _, spec = value.partition(" ")
+    if unit.strip().lower() != "bytes":
+        return None
+    start = spec.split("-", 1)[0]
+    return int(start) if start.isdigit() else None
+
+
+# ---------------------------------------------------------------------------
+# Lock file: url -> {"sha256", "size"}, sorted JSON, written atomically.
+
+def read_lockfile(lockfile: str | os.PathLike) -> dict[str, dict]:
+    """Entries of a checksum lock file ({} if it does not exist yet)."""
+    path = Path(lockfile)
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except json.JSONDecodeError as err:
+        raise ValueError(f"checksum lock file {path} is not valid JSON: {err}") from err
+    if not isinstance(entries, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in entries.values()
+    ):
+        raise ValueError(f"checksum lock file {path} must map each URL to "
+                         '{"sha256": <hex>, "size": <bytes>}')
+    return entries
+
+
+def _record_in_lockfile(lockfile, url: str, path: Path) -> None:
+    entry = {"sha256": file_digest(path, "sha256"), "size": path.stat().st_size}
+    lockfile = Path(lockfile)
+    with _exclusive(lockfile):
+        entries = read_lockfile(lockfile)
+        recorded = entries.get(url)
+        if recorded is not None:  # another process recorded it meanwhile
+            if recorded["sha256"] != entry["sha256"]:
+                path.unlink()
+                raise ChecksumError(
+                    f"{url}: {path} has sha256 {entry['sha256']} but {lockfile} meanwhile recorded "
+                    f"{recorded['sha256']} from another download; the file was deleted")
+            return
+        entries[url] = entry
+        text = json.dumps(entries, indent=2, sort_keys=True) + "\n"
+        _atomic_write_text(lockfile, text)
+    log.info("recorded sha256 %s of %s in %s", entry["sha256"], url, lockfile)
+
+
+@contextmanager
+def _exclusive(lockfile: Path):
+    """Serialise read-modify-write of the lock file across processes."""
+    lockfile.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    mutex = lockfile.with_name(f".{lockfile.name}.mutex")
+    with open(mutex, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,165 @@
+"""fetch(): verification, lock file, resume, retries — against a real local HTTP server."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from distrank.data.download import ChecksumError, DownloadError, fetch, read_lockfile
+
+PAYLOAD = os.urandom(100_000)
+SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
+MD5 = hashlib.md5(PAYLOAD).hexdigest()
+FAST = {"backoff": 0.0, "timeout": 5}
+
+
+def leftovers(directory):
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_good_download_is_verified_and_renamed(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "sub" / "blob.bin"
+    out = fetch(url, dest, sha256=SHA256, md5=MD5, size=len(PAYLOAD), chunk=4096, **FAST)
+    assert out == dest and dest.read_bytes() == PAYLOAD
+    assert leftovers(dest.parent) == ["blob.bin"]  # no .part left behind
+    # A verified existing file is not downloaded again.
+    n = len(http_server.requests)
+    fetch(url, dest, sha256=SHA256, **FAST)
+    assert len(http_server.requests) == n
+
+
+@pytest.mark.parametrize("kind", ["sha256", "md5", "size"])
+def test_mismatch_deletes_file_and_names_everything(http_server, tmp_path, kind):
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    wrong = {"sha256": "0" * 64, "md5": "f" * 32, "size": len(PAYLOAD) + 1}[kind]
+    actual = {"sha256": SHA256, "md5": MD5, "size": str(len(PAYLOAD))}[kind]
+    checks = {"sha256": SHA256, kind: wrong}  # size alone is no checksum, so pair it
+    with pytest.raises(ChecksumError) as info:
+        fetch(url, dest, **checks, **FAST)
+    message = str(info.value)
+    for text in (url, str(dest), str(wrong), actual, kind):
+        assert text in message
+    assert leftovers(tmp_path) == []
+
+
+def test_corrupt_existing_file_is_downloaded_again(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    dest.write_bytes(b"stale")
+    fetch(url, dest, sha256=SHA256, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_no_checksum_and_no_lockfile_is_refused(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    with pytest.raises(ValueError, match="without verification"):
+        fetch(url, tmp_path / "blob.bin", **FAST)
+    assert http_server.requests == [] and leftovers(tmp_path) == []
+
+
+def test_lockfile_records_then_verifies_then_detects_change(http_server, tmp_path):
+    lock = tmp_path / "resources" / "checksums.lock"
+    url_b = http_server.put("b.bin", PAYLOAD)
+    url_a = http_server.put("a.bin", b"another file")
+    dest = tmp_path / "b.bin"
+
+    fetch(url_b, dest, lockfile=lock, **FAST)
+    fetch(url_a, tmp_path / "a.bin", lockfile=lock, **FAST)
+    entries = json.loads(lock.read_text())
+    assert list(entries) == sorted(entries) == [url_a, url_b]
+    assert entries[url_b] == {"sha256": SHA256, "size": len(PAYLOAD)}
+    assert read_lockfile(lock) == entries
+    assert not [p for p in lock.parent.iterdir() if p.name.endswith(".tmp")]
+
+    # Verified against the record: an intact file is kept, a fresh download passes.
+    dest.unlink()
+    fetch(url_b, dest, lockfile=lock, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+
+    # Upstream changes the file: the record catches it, the bad file is removed.
+    http_server.put("b.bin", PAYLOAD[::-1])
+    dest.unlink()
+    with pytest.raises(ChecksumError) as info:
+        fetch(url_b, dest, lockfile=lock, **FAST)
+    assert str(lock) in str(info.value) and SHA256 in str(info.value)
+    assert not dest.exists() and not dest.with_name("b.bin.part").exists()
+    assert json.loads(lock.read_text()) == entries  # the record is never overwritten
+
+
+def test_existing_file_tampered_after_recording_is_replaced(http_server, tmp_path):
+    lock = tmp_path / "checksums.lock"
+    url = http_server.put("b.bin", PAYLOAD)
+    dest = tmp_path / "b.bin"
+    fetch(url, dest, lockfile=lock, **FAST)
+    dest.write_bytes(b"tampered")
+    fetch(url, dest, lockfile=lock, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_resume_from_part_with_range_request(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    dest.with_name("blob.bin.part").write_bytes(PAYLOAD[:30_000])
+    fetch(url, dest, sha256=SHA256, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+    assert http_server.requests[-1]["range"] == "bytes=30000-"
+
+
+def test_server_without_range_support_restarts(http_server, tmp_path):
+    http_server.accept_ranges = False
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    dest.with_name("blob.bin.part").write_bytes(b"x" * 30_000)  # wrong bytes: must not be kept
+    fetch(url, dest, sha256=SHA256, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_resume_onto_corrupt_part_fails_verification(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    dest = tmp_path / "blob.bin"
+    dest.with_name("blob.bin.part").write_bytes(b"x" * 30_000)
+    with pytest.raises(ChecksumError):
+        fetch(url, dest, sha256=SHA256, **FAST)
+    assert leftovers(tmp_path) == []
+
+
+def test_retries_after_transient_errors(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    http_server.fail_next(2, status=500)
+    fetch(url, tmp_path / "blob.bin", sha256=SHA256, retries=3, **FAST)
+    assert len(http_server.requests) == 3
+
+
+def test_gives_up_after_retries(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    http_server.fail_next(10, status=503)
+    with pytest.raises(DownloadError, match=r"after 3 attempts.*503"):
+        fetch(url, tmp_path / "blob.bin", sha256=SHA256, retries=2, **FAST)
+    assert len(http_server.requests) == 3
+    assert not (tmp_path / "blob.bin").exists()
+
+
+def test_not_found_is_not_retried(http_server, tmp_path):
+    with pytest.raises(DownloadError, match="404"):
+        fetch(http_server.url("missing.bin"), tmp_path / "m.bin", sha256=SHA256, **FAST)
+    assert len(http_server.requests) == 1
+
+
+def test_truncated_response_is_resumed(http_server, tmp_path):
+    url = http_server.put("blob.bin", PAYLOAD)
+    http_server.truncate_next(1, keep=40_000)
+    dest = tmp_path / "blob.bin"
+    fetch(url, dest, sha256=SHA256, size=len(PAYLOAD), chunk=8192, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+    assert [r["range"] for r in http_server.requests] == [None, "bytes=40000-"]
+
+
+def test_redirect_and_query_string(http_server, tmp_path):
+    http_server.put("files/blob.bin", PAYLOAD)
+    http_server.redirects["/s/blob.bin"] = "/files/blob.bin"
+    dest = fetch(http_server.url("s/blob.bin?dl=1"), tmp_path / "blob.bin", md5=MD5, **FAST)
+    assert dest.read_bytes() == PAYLOAD
+    assert http_server.requests[0]["query"] == "dl=1"
