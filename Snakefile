@@ -1,0 +1,26 @@
+# Consistent distributed ranking of generative models via kernel distances.
+# A table of contents: the stages live in workflow/rules/, the logic in src/distrank/.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/zoo.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/clients.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/experiments.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True

@@ -1,0 +1,15 @@
+"""Snakemake entry point: E1, KD consistency across the model zoo."""
+
+from distrank._io import logged
+from distrank.federation import collect
+from distrank.report.figures import save
+from distrank.report.tables import write_table
+from distrank.study.e1 import e1_figure, e1_table
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with logged(sm.log[0]):
+    per_model, agreement = e1_table(collect(sm.input.avg, sm.input.all))
+    stem = sm.output.tables[0].removesuffix(".csv")
+    write_table(per_model, stem)
+    write_table(agreement, f"{stem}_agreement")
+    save(e1_figure(per_model, sm.params.extractor), sm.output.pdf.removesuffix(".pdf"))

@@ -1,0 +1,8 @@
+"""Snakemake entry point, run at the server: D_avg from the clients' score files."""
+
+from distrank._io import logged
+from distrank.federation import average_client_files
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with logged(sm.log[0]):
+    average_client_files(sm.input, sm.output[0], weights=sm.params.weights)

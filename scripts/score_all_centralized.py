@@ -1,0 +1,9 @@
+"""Snakemake entry point, centralized: D_all needs the pooled reference features."""
+
+from distrank._io import logged
+from distrank.federation import score_centralized_file
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with logged(sm.log[0]):
+    score_centralized_file(sm.input.reference, sm.input.manifest, sm.input.model, sm.output[0],
+                           model=sm.wildcards.model, metrics_config=sm.params.metrics)

@@ -1,0 +1,25 @@
+# Image sets -> feature sets, with the extractor and preprocessing stored beside them.
+
+
+rule extract_features:
+    input:
+        f"{RESULTS}/images/{{name}}.npz",
+    output:
+        f"{RESULTS}/features/{{name}}.npz",
+    params:
+        features=config["features"],
+    log:
+        f"{LOGS}/extract_features/{{name}}.log",
+    benchmark:
+        f"{BENCH}/extract_features/{{name}}.tsv"
+    wildcard_constraints:
+        name=r"reference|heldout|model_(?!e2-)[A-Za-z0-9_.+-]+",
+    threads: res("extract_features", "threads")
+    resources:
+        mem_mb=res("extract_features", "mem_mb"),
+        runtime=res("extract_features", "runtime"),
+        gpu=res("extract_features", "gpus"),
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../../scripts/extract_features.py"

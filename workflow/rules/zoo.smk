@@ -1,0 +1,49 @@
+# The model zoo: generators trained on the reference pool, and controlled
+# degradations of held-out real images whose true order is known.
+
+
+rule train_generator:
+    input:
+        f"{RESULTS}/images/reference.npz",
+    output:
+        f"{RESULTS}/zoo/{{family}}.pt",
+    params:
+        family=lambda wc: wc.family,
+        steps=lambda wc: config["models"][wc.family]["steps"],
+        seed=config["seed"],
+    log:
+        f"{LOGS}/train_generator/{{family}}.log",
+    benchmark:
+        f"{BENCH}/train_generator/{{family}}.tsv"
+    wildcard_constraints:
+        family="cgan|vae",
+    threads: res("train_generator", "threads")
+    resources:
+        mem_mb=res("train_generator", "mem_mb"),
+        runtime=res("train_generator", "runtime"),
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../../scripts/train_generator.py"
+
+
+rule generate:
+    input:
+        unpack(model_inputs),
+    output:
+        f"{RESULTS}/images/model_{{model}}.npz",
+    params:
+        spec=lambda wc: MODELS[wc.model],
+        n_samples=config["models"]["n_samples"],
+        seed=config["seed"],
+    log:
+        f"{LOGS}/generate/{{model}}.log",
+    benchmark:
+        f"{BENCH}/generate/{{model}}.tsv"
+    resources:
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../../scripts/generate.py"
