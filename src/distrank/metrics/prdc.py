@@ -1,0 +1,323 @@
+"""Precision, Recall, Density and Coverage of generated samples, per client and pooled.
+
+Given reference (real) features ``X`` (n rows) and generated features ``Y`` (m rows),
+let ``r_k(x)`` be the Euclidean distance from ``x`` to its k-th nearest neighbour in
+its own set, the point itself excluded, and ``B(x, r)`` the open ball (strict ``<``):
+
+    Precision = 1/m       sum_j [ exists i: Y_j in B(X_i, r_k(X_i)) ]    (k = pr_k)
+    Recall    = 1/n       sum_i [ exists j: X_i in B(Y_j, r_k(Y_j)) ]    (k = pr_k)
+    Density   = 1/(k m)   sum_j sum_i [ Y_j in B(X_i, r_k(X_i)) ]        (k = dc_k)
+    Coverage  = 1/n       sum_i [ min_j |X_i - Y_j| < r_k(X_i) ]         (k = dc_k)
+
+Precision and Recall follow Kynkaanniemi et al., "Improved Precision and Recall
+Metric for Assessing Generative Models" (NeurIPS 2019); Density and Coverage follow
+Naeem et al., "Reliable Fidelity and Diversity Metrics for Generative Models"
+(ICML 2020). The values equal those of the ``prdc`` package by Naeem et al.
+(``prdc.compute_prdc(real, fake, nearest_k)``), which uses one k for all four.
+
+A client's value uses that client's rows alone as ``X``, with radii ``r_k`` found
+among the client's rows. Recall only uses the radii of ``Y``, which do not depend on
+the clients, so with lambda_i = n_i / n
+
+    Recall_all = sum_i lambda_i Recall_i        (exactly)
+
+whereas Precision, Density and Coverage have no such identity (Wang et al.,
+"Consistent Distributed Ranking of Generative Models via Kernel Distances").
+
+Memory stays bounded: squared distances ``|x|^2 + |y|^2 - 2 x.y`` are formed one
+block (GEMM) at a time and never as an n x n or n x m matrix; k-NN radii keep a
+running k smallest per row. All data are first centred on the reference mean
+(distances do not change) to limit the cancellation in that formula, and every
+comparison is between squared distances computed by the same formula.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+METRICS = ("precision", "recall", "density", "coverage")
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
+_BLOCK_ELEMENTS = 2**24
+
+
+def prdc(
+    reference,
+    clients,
+    models: Mapping[str, object],
+    *,
+    pr_k: int = 3,
+    dc_k: int = 5,
+    metrics: Sequence[str] = METRICS,
+    dtype: str = "float32",
+    device=None,
+    block_rows: int | None = None,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Score every model against the pooled reference and against each client.
+
+    Args:
+        reference: (n, d) numpy or torch array of reference features.
+        clients: (n,) client label (int or str) of each reference row.
+        models: model name -> (m, d) array of generated features.
+        pr_k: k of the k-NN radii for Precision and Recall.
+        dc_k: k of the k-NN radii for Density and Coverage.
+        metrics: a subset of ``("precision", "recall", "density", "coverage")``.
+        dtype: ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
+        device: torch device for the computation (``None``: CPU).
+        block_rows: rows of one distance block (``None``: sized to a fixed budget).
+
+    Returns:
+        ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``.
+
+    Raises:
+        ValueError: non-finite features, mismatched dimensions, an empty model, a
+            client (or model) with fewer than k + 1 rows, a bad metric name or option.
+    """
+    wanted = _check_metrics(metrics)
+    pr_k = _check_k(pr_k, "pr_k")
+    dc_k = _check_k(dc_k, "dc_k")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    if not isinstance(models, Mapping) or not models:
+        raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
+    device = torch.device("cpu" if device is None else device)
+    work_dtype = _DTYPES[dtype]
+    block = _check_block(block_rows, work_dtype.itemsize)
+
+    # Validate everything before any heavy computation.
+    reference = _checked_matrix(reference, "reference")
+    n, d = reference.shape
+    fakes = {name: _checked_matrix(y, f"models[{name!r}]") for name, y in models.items()}
+    for name, y in fakes.items():
+        if y.shape[1] != d:
+            raise ValueError(f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                             f"the reference dimension {d}")
+        if "recall" in wanted and y.shape[0] < pr_k + 1:
+            raise ValueError(f"models[{name!r}]: {y.shape[0]} rows; recall with "
+                             f"pr_k={pr_k} needs at least {pr_k + 1}")
+    labels, groups, order = _client_groups(clients, n)
+    # k of the reference radii: pooled and within every client.
+    ref_ks = sorted({pr_k for m in wanted if m == "precision"}
+                    | {dc_k for m in wanted if m in ("density", "coverage")})
+    for label, (start, stop) in zip(labels, groups):
+        for k in ref_ks:
+            if stop - start < k + 1:
+                raise ValueError(f"clients: client {label!r} has {stop - start} rows; "
+                                 f"k={k} nearest neighbours need at least {k + 1}")
+
+    # Rows grouped by client, so that a client is a slice; all data centred on the
+    # reference mean, which leaves distances unchanged but reduces cancellation.
+    ref = reference[torch.as_tensor(order, device=reference.device)]
+    ref = ref.to(device=device, dtype=work_dtype)
+    center = ref.mean(dim=0, dtype=torch.float64).to(work_dtype)
+    ref -= center
+    ref_sq = _sq_norms(ref, block)
+
+    pooled_r2, client_r2 = _reference_radii(ref, ref_sq, groups, ref_ks, block)
+
+    result = {}
+    for name, y in fakes.items():
+        fake = y.to(device=device, dtype=work_dtype, copy=True)
+        fake -= center
+        hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2,
+                      wanted, pr_k, dc_k, block)
+        result[name] = _values(hits, labels, groups, wanted, dc_k, fake.shape[0])
+    return result
+
+
+def _check_metrics(metrics) -> tuple[str, ...]:
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    wanted = tuple(dict.fromkeys(metrics))
+    bad = [m for m in wanted if m not in METRICS]
+    if bad or not wanted:
+        raise ValueError(f"metrics: expected a non-empty subset of {METRICS}, got {tuple(metrics)!r}")
+    return wanted
+
+
+def _check_k(k, name: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {k!r}")
+    return int(k)
+
+
+def _check_block(block_rows, itemsize: int) -> int:
+    if block_rows is None:
+        # Square blocks within the element budget (float32: 4096 rows).
+        return int(np.sqrt(_BLOCK_ELEMENTS * 4 // itemsize)) // 256 * 256
+    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) \
+            or block_rows < 1:
+        raise ValueError(f"block_rows: expected a positive integer, got {block_rows!r}")
+    return int(block_rows)
+
+
+def _checked_matrix(x, name: str) -> torch.Tensor:
+    """x as a tensor (shared memory where possible): 2-d, non-empty, real, finite."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+    else:
+        x = np.asarray(x)
+        if x.dtype.kind not in "biuf":
+            raise ValueError(f"{name}: expected numeric features, got dtype {x.dtype}")
+        with warnings.catch_warnings():  # read-only inputs are fine: they are copied before use
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            x = torch.from_numpy(np.ascontiguousarray(x))
+    if x.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-d (rows, d) array, got shape {tuple(x.shape)}")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name}: empty array of shape {tuple(x.shape)}")
+    if x.is_complex():
+        raise ValueError(f"{name}: expected real features, got {x.dtype}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    return x
+
+
+def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], np.ndarray]:
+    """Client names (str of each label, sorted), their row slices, and the row order
+    that groups the reference by client (stable within a client)."""
+    if isinstance(clients, torch.Tensor):
+        clients = clients.detach().cpu().numpy()
+    labels = np.asarray(clients)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"clients: expected {n} labels (one per reference row), "
+                         f"got shape {labels.shape}")
+    unique, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    names = [str(u) for u in unique.tolist()]
+    if len(set(names)) != len(names):
+        raise ValueError(f"clients: labels are not distinct as strings: {names}")
+    stops = np.cumsum(counts).tolist()
+    groups = list(zip([0] + stops[:-1], stops))
+    return names, groups, np.argsort(inverse, kind="stable")
+
+
+def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:
+    return torch.cat([(b * b).sum(dim=1) for b in x.split(block)])
+
+
+def _sq_dists(x, x_sq, y, y_sq) -> torch.Tensor:
+    """Squared distances |x|^2 + |y|^2 - 2 x.y of two row blocks, clamped at 0."""
+    d2 = torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0)
+    return d2.add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
+
+
+def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int) -> dict[int, torch.Tensor]:
+    """Squared distance of each row of x to its k-th nearest other row, for each k."""
+    n, kmax = x.shape[0], max(ks)
+    radii = {k: torch.empty(n, dtype=x.dtype, device=x.device) for k in ks}
+    for r0 in range(0, n, block):
+        r1 = min(n, r0 + block)
+        best = torch.full((r1 - r0, kmax), torch.inf, dtype=x.dtype, device=x.device)
+        for c0 in range(0, n, block):
+            c1 = min(n, c0 + block)
+            d2 = _sq_dists(x[r0:r1], x_sq[r0:r1], x[c0:c1], x_sq[c0:c1])
+            lo, hi = max(r0, c0), min(r1, c1)
+            if lo < hi:  # the point itself is not its own neighbour
+                self_idx = torch.arange(lo, hi, device=x.device)
+                d2[self_idx - r0, self_idx - c0] = torch.inf
+            nearest = d2.topk(min(kmax, c1 - c0), dim=1, largest=False).values
+            best = torch.cat([best, nearest], dim=1).topk(kmax, dim=1, largest=False).values
+        for k in ks:
+            radii[k][r0:r1] = best[:, k - 1]
+    return radii
+
+
+def _reference_radii(ref, ref_sq, groups, ks, block):
+    """Squared k-NN radii of each reference row within the pool and within its client."""
+    if not ks:
+        return {}, {}
+    pooled = _knn_sq_radii(ref, ref_sq, ks, block)
+    within = {k: torch.empty_like(ref_sq) for k in ks}
+    for start, stop in groups:
+        if (start, stop) == (0, ref.shape[0]):
+            radii = pooled  # a single client is the pool
+        else:
+            radii = _knn_sq_radii(ref[start:stop], ref_sq[start:stop], ks, block)
+        for k in ks:
+            within[k][start:stop] = radii[k]
+    return pooled, within
+
+
+def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, block):
+    """One pass over reference x model blocks, for the pool and every client at once.
+
+    Returns per metric: ``recall`` (n,) bool, whether a reference row lies in some
+    fake ball; ``precision`` (1 + clients, m) bool, whether a fake row lies in some
+    reference ball, with pooled radii (row 0) and with each client's radii;
+    ``density`` (2, n) int, fake rows inside each reference ball (pooled, client
+    radii); ``coverage`` (2, n) bool, nearest fake row inside the ball.
+    """
+    n, m, dev = ref.shape[0], fake.shape[0], ref.device
+    fake_sq = _sq_norms(fake, block)
+    hits = {}
+    if "recall" in wanted:
+        fake_r2 = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k]
+        hits["recall"] = torch.zeros(n, dtype=torch.bool, device=dev)
+    if "precision" in wanted:
+        hits["precision"] = torch.zeros(1 + len(groups), m, dtype=torch.bool, device=dev)
+    if "density" in wanted:
+        hits["density"] = torch.zeros(2, n, dtype=torch.int64, device=dev)
+    if "coverage" in wanted:
+        nearest_d2 = torch.full((n,), torch.inf, dtype=ref.dtype, device=dev)
+
+    for r0 in range(0, n, block):
+        r1 = min(n, r0 + block)
+        # (client index, first row, end row) of each client within this row block
+        segments = [(c, max(a, r0) - r0, min(b, r1) - r0)
+                    for c, (a, b) in enumerate(groups) if a < r1 and b > r0]
+        for c0 in range(0, m, block):
+            c1 = min(m, c0 + block)
+            d2 = _sq_dists(ref[r0:r1], ref_sq[r0:r1], fake[c0:c1], fake_sq[c0:c1])
+            if "recall" in wanted:
+                hits["recall"][r0:r1] |= _any(d2 < fake_r2[c0:c1].unsqueeze(0), dim=1)
+            if "precision" in wanted:
+                inside = d2 < pooled_r2[pr_k][r0:r1].unsqueeze(1)
+                hits["precision"][0, c0:c1] |= _any(inside, dim=0)
+                inside = d2 < client_r2[pr_k][r0:r1].unsqueeze(1)
+                for c, a, b in segments:
+                    hits["precision"][1 + c, c0:c1] |= _any(inside[a:b], dim=0)
+            if "density" in wanted:
+                for row, r2 in enumerate((pooled_r2[dc_k], client_r2[dc_k])):
+                    hits["density"][row, r0:r1] += _count_true(d2 < r2[r0:r1].unsqueeze(1), dim=1)
+            if "coverage" in wanted:
+                torch.minimum(nearest_d2[r0:r1], d2.amin(dim=1), out=nearest_d2[r0:r1])
+    if "coverage" in wanted:
+        hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k],
+                                        nearest_d2 < client_r2[dc_k]])
+    return {metric: h.cpu() for metric, h in hits.items()}
+
+
+# On CPU, reductions over uint8 are several times faster than over bool.
+def _any(mask: torch.Tensor, dim: int) -> torch.Tensor:
+    return mask.view(torch.uint8).amax(dim=dim).bool()
+
+
+def _count_true(mask: torch.Tensor, dim: int) -> torch.Tensor:
+    return mask.view(torch.uint8).sum(dim=dim, dtype=torch.int32)
+
+
+def _values(hits, labels, groups, wanted, dc_k, m) -> dict[str, dict[str, float]]:
+    """Values from the hit counts, in the same float64 arithmetic as the prdc package."""
+
+    def rate(h) -> float:
+        return int(h.sum()) / h.numel()
+
+    def density(h) -> float:
+        return (1.0 / float(dc_k)) * (int(h.sum()) / m)
+
+    out = {}
+    for metric in wanted:
+        h = hits[metric]
+        if metric == "precision":
+            out[metric] = {"all": rate(h[0])}
+            out[metric] |= {name: rate(h[1 + c]) for c, name in enumerate(labels)}
+        else:
+            value = density if metric == "density" else rate
+            pooled, local = (h, h) if metric == "recall" else (h[0], h[1])
+            out[metric] = {"all": value(pooled)}
+            out[metric] |= {name: value(local[a:b]) for name, (a, b) in zip(labels, groups)}
+    return out
