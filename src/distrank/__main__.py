@@ -1,0 +1,5 @@
+"""``python -m distrank``: the command line (see ``distrank.cli``)."""
+
+from distrank.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,219 @@
+"""Kernel distance (KD): the squared MMD, for the pooled reference and every client in one pass.
+
+For reference rows X (n) and generated rows Y (m), with S_AB = sum_{a in A, b in B} k(a, b)
+and tr_A = sum_{a in A} k(a, a):
+
+    unbiased (U)  KD = (S_XX - tr_X) / (n (n-1)) + (S_YY - tr_Y) / (m (m-1)) - 2 S_XY / (n m)
+    biased (V)    KD = S_XX / n^2 + S_YY / m^2 - 2 S_XY / (n m)
+
+(Gretton et al., "A Kernel Two-Sample Test", JMLR 2012, eqs. 3 and 5; the U form is
+torch-fidelity's ``mmd2(..., mmd_est="unbiased")`` and KID's.)
+
+With clients X_1..X_k pooling to X, every term is a sum of kernel blocks: S_XY =
+sum_i S_{X_i Y}, S_XX = sum_{a,b} S_{X_a X_b}. ``kernel_sums`` computes each block
+once, as a (k x k) table of client-pair sums and a (models x k) table of
+client-model sums, so KD_all and every client's KD come out of the same products.
+With lambda_i = n_i / n this makes KD_avg - KD_all = sum_i lambda_i XX_i - XX_all
+independent of the model, exactly (the paper's Theorem 1 on finite samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from distrank._backend import as_features, resolve_device, work_dtype
+from distrank.metrics.kernels import Kernel, make_kernel
+
+ESTIMATORS = ("unbiased", "biased", "subsets")
+BLOCK_SIZE = 4096  # rows of one kernel block: 64 MiB in float32
+
+
+@dataclass(frozen=True)
+class KernelSums:
+    """Kernel sums over the pooled reference split by client, and over each model.
+
+    ``xx[a, b]`` = S_{X_a X_b}; ``xx_diag[a]`` = tr_{X_a}; ``xy[g, i]`` = S_{X_i Y_g};
+    ``yy[g]`` = S_{Y_g Y_g}; ``yy_diag[g]`` = tr_{Y_g}. All float64.
+    """
+
+    client_sizes: np.ndarray  # (k,)
+    model_sizes: np.ndarray  # (M,)
+    xx: np.ndarray  # (k, k)
+    xx_diag: np.ndarray  # (k,)
+    xy: np.ndarray  # (M, k)
+    yy: np.ndarray  # (M,)
+    yy_diag: np.ndarray  # (M,)
+
+    def kd(self, estimator: str = "unbiased") -> tuple[np.ndarray, np.ndarray]:
+        """KD per (model, client) as an (M, k) array, and KD_all per model as (M,)."""
+        if estimator not in ("unbiased", "biased"):
+            raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+        n_i = self.client_sizes.astype(np.float64)
+        m = self.model_sizes.astype(np.float64)
+        within = np.diagonal(self.xx)
+        xx_client = _self_term(within, self.xx_diag, n_i, estimator)
+        xx_all = _self_term(self.xx.sum(), self.xx_diag.sum(), n_i.sum(), estimator)
+        yy = _self_term(self.yy, self.yy_diag, m, estimator)
+        kd_client = xx_client[None, :] + yy[:, None] - 2 * self.xy / (n_i[None, :] * m[:, None])
+        kd_all = xx_all + yy - 2 * self.xy.sum(axis=1) / (n_i.sum() * m)
+        return kd_client, kd_all
+
+
+def _self_term(total, diag, size, estimator):
+    """The S_XX part of KD: (S - tr) / (n (n-1)) for U, S / n^2 for V."""
+    if estimator == "unbiased":
+        return (total - diag) / (size * (size - 1))
+    return total / size**2
+
+
+def kernel_sums(reference: torch.Tensor, client_index: np.ndarray, models: Iterable,
+                kernel: Kernel, *, dtype: str = "float32", device=None,
+                block_size: int = BLOCK_SIZE) -> KernelSums:
+    """All the kernel sums of KD for the pooled reference, its clients and each model.
+
+    ``reference`` is an (n, d) array; ``client_index`` (n,) holds each row's
+    client in 0..k-1; ``models`` yields (m, d) arrays (all checked by the caller).
+    Kernel blocks of ``block_size`` rows are formed and reduced in ``dtype``
+    (float32: fast GEMMs), and the block sums are accumulated in float64; no
+    n x n or n x m matrix is ever held. A block's column sums per client are one
+    GEMM with the client one-hot matrix, so any row order and any number of
+    clients cost the same. S_XX and S_YY are symmetric: only blocks on or above
+    the diagonal are formed.
+    """
+    dev, dt = resolve_device(device), work_dtype(dtype)
+    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
+    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
+    if center is not None:
+        x = x - center
+    index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)
+    k = int(index.max()) + 1
+    groups = torch.nn.functional.one_hot(index, k).to(dt)
+    xx, xx_diag = _symmetric_sums(x, groups, kernel, block_size)
+
+    xy, yy, yy_diag, sizes = [], [], [], []
+    for y in models:
+        y = torch.as_tensor(y).to(device=dev, dtype=dt)
+        if center is not None:
+            y = y - center
+        xy.append(_cross_sums(x, groups, y, kernel, block_size))
+        s, diag = _symmetric_sums(y, torch.ones(y.shape[0], 1, dtype=dt, device=dev),
+                                  kernel, block_size)
+        yy.append(s[0, 0])
+        yy_diag.append(diag[0])
+        sizes.append(y.shape[0])
+    return KernelSums(
+        client_sizes=np.bincount(client_index, minlength=k).astype(np.int64),
+        model_sizes=np.asarray(sizes, dtype=np.int64),
+        xx=xx.cpu().numpy(),
+        xx_diag=xx_diag.cpu().numpy(),
+        xy=torch.stack(xy).cpu().numpy() if xy else np.zeros((0, k)),
+        yy=torch.stack(yy).cpu().numpy() if yy else np.zeros(0),
+        yy_diag=torch.stack(yy_diag).cpu().numpy() if yy_diag else np.zeros(0),
+    )
+
+
+def _symmetric_sums(x, groups, kernel, block):
+    """(k x k) group-pair sums of k(x, x') and (k,) group sums of k(x, x).
+
+    ``groups`` is the (rows, k) one-hot group matrix in x's dtype.
+    """
+    acc = torch.float64
+    n, k = groups.shape
+    pairs = torch.zeros(k, k, dtype=acc, device=x.device)
+    diag = torch.zeros(k, dtype=acc, device=x.device)
+    for a0 in range(0, n, block):
+        xa, ga = x[a0:a0 + block], groups[a0:a0 + block].to(acc)
+        for b0 in range(a0, n, block):
+            kab = kernel(xa, x[b0:b0 + block])
+            pair = ga.T @ (kab @ groups[b0:b0 + block]).to(acc)
+            if b0 == a0:
+                pairs += pair
+                diag += ga.T @ torch.diagonal(kab).to(acc)
+            else:  # the mirrored block (b, a) is this one transposed
+                pairs += pair + pair.T
+    return pairs, diag
+
+
+def _cross_sums(x, groups, y, kernel, block):
+    """(k,) per-group sums of k(x, y) over x's groups and all rows of y."""
+    acc = torch.float64
+    sums = torch.zeros(groups.shape[1], dtype=acc, device=x.device)
+    for a0 in range(0, x.shape[0], block):
+        xa = x[a0:a0 + block]
+        rows = sum(kernel(xa, y[c0:c0 + block]).sum(dim=1).to(acc)
+                   for c0 in range(0, y.shape[0], block))
+        sums += groups[a0:a0 + block].to(acc).T @ rows
+    return sums
+
+
+def kernel_distance(x, y, *, kernel: str = "poly", kernel_params=None,
+                    estimator: str = "unbiased", dtype: str = "float64", device=None,
+                    block_size: int = BLOCK_SIZE) -> float:
+    """KD(X, Y) of one pair on the full samples (U- or V-statistic, see the module doc).
+
+    rbf and laplace need ``kernel_params={"bandwidth": ...}``.
+    """
+    x, y = as_features(x, "x"), as_features(y, "y")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"y: dimension {y.shape[1]} does not match x's {x.shape[1]}")
+    check_sizes({"x": x.shape[0], "y": y.shape[0]}, estimator)
+    k = make_kernel(kernel, kernel_params, x.shape[1])
+    sums = kernel_sums(x, np.zeros(x.shape[0], dtype=np.int64), [y], k, dtype=dtype,
+                       device=device, block_size=block_size)
+    return float(sums.kd(estimator)[1][0])
+
+
+def kd_subsets(x, y, kernel: Kernel, *, n_subsets: int = 100, subset_size: int = 1000,
+               seed: int = 0, dtype: str = "float64", device=None) -> tuple[float, float]:
+    """KID-style KD: mean and std (ddof=0) of the U-statistic over random subsets.
+
+    Each of ``n_subsets`` draws takes ``subset_size`` rows of Y, then of X, without
+    replacement from ``numpy.random.RandomState(seed)``, in the order of
+    torch-fidelity's ``kid_features_to_metric(Y, X, rng_seed=seed)``, so the same
+    seed draws the same subsets (Binkowski et al., "Demystifying MMD GANs", 2018).
+    Unlike the full-sample estimators, averaging these over clients matches KD_all
+    only in expectation.
+    """
+    dev, dt = resolve_device(device), work_dtype(dtype)
+    x_t = as_features(x, "x").to(device=dev, dtype=dt)
+    y_t = as_features(y, "y").to(device=dev, dtype=dt)
+    if kernel.translation_invariant:
+        center = x_t.mean(dim=0, dtype=torch.float64).to(dt)
+        x_t, y_t = x_t - center, y_t - center
+    rng = np.random.RandomState(seed)
+    s = subset_size
+    values = np.empty(n_subsets)
+    for i in range(n_subsets):
+        iy = torch.from_numpy(rng.choice(y_t.shape[0], s, replace=False)).to(dev)
+        ix = torch.from_numpy(rng.choice(x_t.shape[0], s, replace=False)).to(dev)
+        xs, ys = x_t[ix], y_t[iy]
+        kxx, kyy = kernel(xs, xs).to(torch.float64), kernel(ys, ys).to(torch.float64)
+        kxy = kernel(xs, ys).sum(dtype=torch.float64)
+        within = kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()
+        values[i] = float(within / (s * (s - 1)) - 2 * kxy / (s * s))
+    return float(values.mean()), float(values.std())
+
+
+def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None = None) -> None:
+    """Raise ValueError when a sample is too small for ``estimator``.
+
+    ``sizes`` maps a description of each sample (e.g. "clients: client '3'") to its rows.
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"kd_estimator: expected one of {ESTIMATORS}, got {estimator!r}")
+    if estimator == "subsets":
+        if isinstance(subset_size, bool) or not isinstance(subset_size, (int, np.integer)) \
+                or subset_size < 2:
+            raise ValueError(f"subset_size: expected an integer >= 2, got {subset_size!r}")
+        need, why = subset_size, f"KD subsets of subset_size={subset_size}"
+    elif estimator == "unbiased":
+        need, why = 2, "the unbiased KD (U-statistic)"
+    else:
+        need, why = 1, "KD"
+    for name, rows in sizes.items():
+        if rows < need:
+            raise ValueError(f"{name} has {rows} rows; {why} needs at least {need}")

@@ -1,0 +1,198 @@
+"""Kernel distance: values from torch-fidelity and scikit-learn, Theorem 1 on finite samples."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import pdist
+from sklearn.metrics.pairwise import (
+    laplacian_kernel,
+    linear_kernel,
+    polynomial_kernel,
+    rbf_kernel,
+)
+from torch_fidelity.metric_kid import kernel_poly, kid_features_to_metric, mmd2
+
+from distrank.metrics import kernel_distance, kernel_sums, make_kernel, median_bandwidth, score
+
+RNG = np.random.default_rng(20231017)
+
+
+def sklearn_gram(name, a, b, bandwidth=1.5):
+    """Kernel matrices from scikit-learn, in our parametrisation."""
+    if name == "poly":
+        return polynomial_kernel(a, b, degree=3, gamma=1.0 / a.shape[1], coef0=1.0)
+    if name == "rbf":
+        return rbf_kernel(a, b, gamma=1.0 / (2 * bandwidth**2))
+    if name == "laplace":
+        return laplacian_kernel(a, b, gamma=1.0 / bandwidth)
+    return linear_kernel(a, b)
+
+
+def dense_mmd2(name, x, y, estimator, bandwidth=1.5):
+    """Squared MMD from full kernel matrices (Gretton et al. 2012, eqs. 3 and 5)."""
+    kxx, kyy = sklearn_gram(name, x, x, bandwidth), sklearn_gram(name, y, y, bandwidth)
+    kxy = sklearn_gram(name, x, y, bandwidth)
+    n, m = len(x), len(y)
+    if estimator == "biased":
+        return kxx.mean() + kyy.mean() - 2 * kxy.mean()
+    return ((kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+            + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+
+
+def params(name, bandwidth=1.5):
+    return {"bandwidth": bandwidth} if name in ("rbf", "laplace") else None
+
+
+@pytest.mark.parametrize("estimator", ["unbiased", "biased"])
+def test_poly_kd_equals_torch_fidelity_mmd2(estimator):
+    x = RNG.normal(size=(40, 7))
+    y = RNG.normal(0.3, 1.2, size=(40, 7))
+    expected = mmd2(kernel_poly(x, x), kernel_poly(x, y), kernel_poly(y, y), mmd_est=estimator)
+    got = kernel_distance(x, y, estimator=estimator, dtype="float64", block_size=16)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["poly", "rbf", "laplace", "linear"])
+@pytest.mark.parametrize("estimator", ["unbiased", "biased"])
+def test_kd_equals_dense_sklearn_kernels(name, estimator):
+    x = RNG.normal(size=(37, 5))
+    y = RNG.normal(0.5, 0.8, size=(23, 5))
+    got = kernel_distance(x, y, kernel=name, kernel_params=params(name), estimator=estimator,
+                          dtype="float64", block_size=8)
+    assert got == pytest.approx(dense_mmd2(name, x, y, estimator), rel=1e-10, abs=1e-14)
+
+
+def test_client_rows_equal_per_client_kd():
+    x = RNG.normal(size=(60, 4))
+    clients = RNG.integers(0, 3, size=60)
+    y = RNG.normal(0.2, 1.0, size=(30, 4))
+    table = score(x, clients, {"g": y}, metrics=["kd"], dtype="float64", block_size=7)
+    rows = table.set_index(["aggregation", "client"]).value
+    for c in range(3):
+        expected = dense_mmd2("poly", x[clients == c], y, "unbiased")
+        assert rows["client", str(c)] == pytest.approx(expected, rel=1e-10)
+    assert rows["all", ""] == pytest.approx(dense_mmd2("poly", x, y, "unbiased"), rel=1e-10)
+
+
+def test_blocking_does_not_change_the_sums():
+    x = torch.from_numpy(RNG.normal(size=(50, 6)))
+    index = RNG.integers(0, 4, size=50)
+    ys = [torch.from_numpy(RNG.normal(size=(m, 6))) for m in (13, 31)]
+    kern = make_kernel("poly", None, 6)
+    small = kernel_sums(x, index, ys, kern, dtype="float64", block_size=3)
+    large = kernel_sums(x, index, ys, kern, dtype="float64", block_size=4096)
+    for field in ("xx", "xx_diag", "xy", "yy", "yy_diag"):
+        np.testing.assert_allclose(getattr(small, field), getattr(large, field), rtol=1e-12)
+
+
+@st.composite
+def federations(draw):
+    """Random client sizes, dimension and model sizes; features drawn from them."""
+    sizes = draw(st.lists(st.integers(2, 12), min_size=1, max_size=5))
+    d = draw(st.integers(1, 5))
+    model_sizes = draw(st.lists(st.integers(2, 15), min_size=2, max_size=4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    clients = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
+    # heterogeneous clients: each has its own mean
+    x = rng.normal(size=(len(clients), d)) + rng.normal(scale=2, size=(len(sizes), d))[clients]
+    models = {f"g{i}": rng.normal(rng.normal(), rng.uniform(0.5, 2), size=(m, d))
+              for i, m in enumerate(model_sizes)}
+    return x, clients, models
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(federation=federations(),
+       estimator=st.sampled_from(["unbiased", "biased"]),
+       kernel=st.sampled_from(["poly", "rbf", "laplace", "linear"]),
+       block_size=st.sampled_from([3, 4096]))
+def test_theorem1_kd_gap_is_the_same_for_every_model(federation, estimator, kernel, block_size):
+    x, clients, models = federation
+    table = score(x, clients, models, metrics=["kd"], kernel=kernel, kd_estimator=estimator,
+                  kernel_params=params(kernel), dtype="float64", block_size=block_size)
+    wide = table[table.aggregation != "client"].pivot(index="model", columns="aggregation",
+                                                       values="value")
+    gap = (wide["avg"] - wide["all"]).to_numpy()
+    scale = max(np.abs(wide.to_numpy()).max(), np.abs(gap).max(), 1e-300)
+    assert (gap.max() - gap.min()) / scale < 1e-9
+
+
+@pytest.mark.parametrize("name", ["poly", "rbf"])
+def test_subsets_equal_torch_fidelity_kid(name):
+    x = RNG.normal(size=(60, 4))
+    clients = np.repeat([0, 1], [35, 25])
+    y = RNG.normal(0.3, 1.0, size=(50, 4))
+    bandwidth = 2.0
+    table = score(x, clients, {"g": y}, metrics=["kd"], kernel=name,
+                  kernel_params=params(name, bandwidth), kd_estimator="subsets", n_subsets=6,
+                  subset_size=20, seed=7, dtype="float64")
+    rows = table.set_index(["metric", "aggregation", "client"]).value
+    for part, key in ((x, ("all", "")), (x[clients == 1], ("client", "1"))):
+        kid = kid_features_to_metric(torch.from_numpy(y), torch.from_numpy(part), kid_subsets=6,
+                                     kid_subset_size=20, rng_seed=7, verbose=False,
+                                     kid_kernel=name, kid_kernel_rbf_sigma=bandwidth)
+        assert rows[("kd", *key)] == pytest.approx(kid["kernel_inception_distance_mean"], rel=1e-10)
+        assert rows[("kd_std", *key)] == pytest.approx(kid["kernel_inception_distance_std"],
+                                                       rel=1e-10)
+    assert ("kd_std", "avg", "") not in rows.index
+
+
+def test_float32_products_are_close_to_float64():
+    x = RNG.normal(size=(600, 64)).astype(np.float32)
+    clients = RNG.integers(0, 4, size=600)
+    models = {"near": RNG.normal(0.05, 1.0, size=(300, 64)).astype(np.float32),
+              "far": RNG.normal(0.3, 1.0, size=(300, 64)).astype(np.float32)}
+    f32, f64 = (score(x, clients, models, metrics=["kd"], dtype=dt, block_size=128).value
+                for dt in ("float32", "float64"))
+    # KD is a difference of O(1) terms: compare on that scale
+    np.testing.assert_allclose(f32, f64, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,metric", [("rbf", "euclidean"), ("laplace", "cityblock")])
+def test_median_bandwidth_is_the_median_pairwise_distance(name, metric):
+    x = RNG.normal(size=(80, 3))
+    assert median_bandwidth(x, kernel=name) == pytest.approx(np.median(pdist(x, metric)),
+                                                             rel=1e-12)
+    rows = np.random.default_rng(5).choice(80, size=30, replace=False)
+    assert median_bandwidth(x, kernel=name, max_rows=30, seed=5) == pytest.approx(
+        np.median(pdist(x[rows], metric)), rel=1e-12)
+
+
+def test_score_uses_one_median_bandwidth_from_the_pooled_reference():
+    x = RNG.normal(size=(40, 3))
+    clients = np.repeat([0, 1], 20)
+    y = RNG.normal(size=(25, 3))
+    bandwidth = median_bandwidth(x, kernel="rbf")
+    table = score(x, clients, {"g": y}, metrics=["kd"], kernel="rbf", dtype="float64")
+    rows = table.set_index(["aggregation", "client"]).value
+    assert rows["client", "1"] == pytest.approx(
+        dense_mmd2("rbf", x[20:], y, "unbiased", bandwidth), rel=1e-10)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"kernel": "cosine"}, "kernel: expected one of"),
+    ({"kernel_params": {"sigma": 1.0}}, r"kernel_params: unknown parameter\(s\) \['sigma'\]"),
+    ({"kernel": "rbf", "kernel_params": {"bandwidth": -1}}, "bandwidth must be positive"),
+    ({"kernel_params": {"degree": 2.5}}, "degree must be a positive integer"),
+    ({"kd_estimator": "mmd"}, "kd_estimator: expected one of"),
+    ({"kd_estimator": "subsets", "subset_size": 9}, r"client '1' has 3 rows; KD subsets"),
+])
+def test_bad_kd_options_are_named(kwargs, match):
+    x = RNG.normal(size=(12, 3))
+    clients = np.repeat([0, 1], [9, 3])
+    with pytest.raises(ValueError, match=match):
+        score(x, clients, {"g": RNG.normal(size=(10, 3))}, metrics=["kd"], **kwargs)
+
+
+def test_unbiased_kd_needs_two_rows_per_client_and_model():
+    x = RNG.normal(size=(5, 2))
+    with pytest.raises(ValueError, match=r"clients: client 'b' has 1 rows; the unbiased KD"):
+        score(x, ["a", "a", "a", "a", "b"], {"g": RNG.normal(size=(4, 2))}, metrics=["kd"])
+    with pytest.raises(ValueError, match=r"models\['g'\] has 1 rows"):
+        score(x, [0] * 5, {"g": RNG.normal(size=(1, 2))}, metrics=["kd"])
+    # the V-statistic is defined for single rows
+    table = score(x, [0, 0, 0, 0, 1], {"g": RNG.normal(size=(1, 2))}, metrics=["kd"],
+                  kd_estimator="biased")
+    assert np.isfinite(table.value).all()
