@@ -1,0 +1,205 @@
+"""The extractor protocol and the registry of named feature networks.
+
+An :class:`Extractor` turns uint8 images (N, H, W, C) into float32 features
+(N, d). Everything that determines those numbers - network, weights (by
+sha256), backend, device type, preprocessing and package versions - is in
+:meth:`Extractor.metadata`, which the feature cache compares exactly.
+
+Precision: features are always computed in float32, with autocast (mixed
+precision) off and TF32 matmuls/convolutions disabled on CUDA. FD and KD are
+sensitive to small feature perturbations: FD's trace term and KD's polynomial
+kernel amplify per-feature errors of 1e-3 (bf16/fp16/TF32 rounding) into
+score changes comparable to the differences between good models, and those
+errors differ between devices, so a reduced-precision cache would not be
+comparable across runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from .preprocess import check_images
+
+__all__ = [
+    "Extractor",
+    "available_extractors",
+    "get_extractor",
+    "package_versions",
+    "register_extractor",
+    "resolve_device",
+]
+
+log = logging.getLogger(__name__)
+
+# name -> "module:factory" (imported on first use, so that e.g. timm is only
+# imported when a DINOv2 extractor is asked for) or a callable.
+_REGISTRY: dict[str, str | Callable[..., "Extractor"]] = {
+    "efficientnet_lite0": "distrank.features.efficientnet:build_efficientnet_lite0",
+    "inception": "distrank.features.inception:build_inception",
+    "dinov2_vits14": "distrank.features.dinov2:build_dinov2_vits14",
+    "dinov2_vitb14": "distrank.features.dinov2:build_dinov2_vitb14",
+    "dinov2_vitl14": "distrank.features.dinov2:build_dinov2_vitl14",
+}
+
+BACKENDS = ("torch", "onnx")
+
+
+def register_extractor(name: str, factory: str | Callable[..., "Extractor"]) -> None:
+    """Register a factory ``f(*, backend, device, cache_dir, **kwargs) -> Extractor`` under ``name``."""
+    if name in _REGISTRY:
+        raise ValueError(f"an extractor named {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def available_extractors() -> list[str]:
+    """Names that :func:`get_extractor` resolves."""
+    return sorted(_REGISTRY)
+
+
+def get_extractor(
+    name: str = "efficientnet_lite0",
+    backend: str = "torch",
+    device: str | torch.device | None = None,
+    cache_dir: str | None = None,
+    **kwargs,
+) -> "Extractor":
+    """Build the named extractor.
+
+    Parameters
+    ----------
+    name : one of :func:`available_extractors` ("efficientnet_lite0", "inception",
+        "dinov2_vitl14", ...).
+    backend : "torch" (eager PyTorch) or "onnx" (onnxruntime on CPU, for the
+        extractors that support it: efficientnet_lite0).
+    device : torch device for the torch backend; None picks CUDA when
+        available, else CPU.
+    cache_dir : the weights directory: downloaded weights and the ONNX export
+        live here. None means ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``
+        (see :func:`distrank.features.weights.weights_dir`).
+    kwargs : extractor-specific options (e.g. ``num_threads`` for onnx,
+        ``offline`` for weights downloads).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown extractor {name!r}; choose one of {available_extractors()}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    factory = _REGISTRY[name]
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory(backend=backend, device=device, cache_dir=cache_dir, **kwargs)
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """None -> CUDA if available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """Installed versions of the given distributions (those that change the features)."""
+    return {n: importlib.metadata.version(n) for n in names}
+
+
+@contextlib.contextmanager
+def full_precision():
+    """float32 everywhere: no autocast, no TF32 (restored on exit). See the module docstring."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.autocast("cpu", enabled=False))
+            if torch.cuda.is_available():
+                stack.enter_context(torch.autocast("cuda", enabled=False))
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+class Extractor(ABC):
+    """A feature network with a fixed preprocessing.
+
+    Subclasses set ``name``, ``dim``, ``backend``, ``device`` and
+    ``preprocessing`` (a :class:`~distrank.features.preprocess.Preprocessing`
+    or any object with ``to_dict()``), and implement :meth:`forward_batch`.
+    """
+
+    name: str
+    dim: int
+    backend: str
+    device: torch.device
+    default_batch_size: int = 64
+
+    # --- to implement --------------------------------------------------------------
+    @abstractmethod
+    def forward_batch(self, images: np.ndarray) -> np.ndarray:
+        """uint8 (n, H, W, C) -> float32 (n, dim), preprocessing included."""
+
+    @property
+    @abstractmethod
+    def preprocessing(self) -> dict:
+        """JSON-serialisable description of the preprocessing."""
+
+    @property
+    @abstractmethod
+    def weights(self) -> dict:
+        """{"file": name, "sha256": hex} of the weights in use."""
+
+    @property
+    @abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Versions of the packages whose code computes the features."""
+
+    # --- shared --------------------------------------------------------------------
+    def metadata(self) -> dict:
+        """Everything that determines the features; compared exactly by the cache."""
+        return {
+            "extractor": self.name,
+            "backend": self.backend,
+            "device": torch.device(self.device).type,
+            "d": int(self.dim),
+            "preprocessing": self.preprocessing,
+            "weights": self.weights,
+            "versions": self.versions,
+            "precision": "float32",
+        }
+
+    def extract(self, images: np.ndarray, batch_size: int | None = None) -> np.ndarray:
+        """Features of uint8 images (N, H, W, C), C = 1 or 3 -> float32 (N, dim).
+
+        ``batch_size`` (default ``default_batch_size``) changes only speed and
+        memory, not the features (beyond float rounding in the backend).
+        """
+        images = check_images(images)
+        batch_size = self._check_batch_size(batch_size)
+        out = np.empty((len(images), self.dim), dtype=np.float32)
+        for start in range(0, len(images), batch_size):
+            stop = min(start + batch_size, len(images))
+            out[start:stop] = self.forward_batch(images[start:stop])
+        return out
+
+    def extract_batches(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """Features of each uint8 NHWC batch of an iterable (e.g. a DataLoader decoding in workers)."""
+        for batch in batches:
+            if isinstance(batch, torch.Tensor):
+                batch = batch.numpy()
+            yield self.forward_batch(check_images(batch, "batch"))
+
+    def _check_batch_size(self, batch_size):
+        batch_size = self.default_batch_size if batch_size is None else batch_size
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return int(batch_size)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, backend={self.backend!r}, device={str(self.device)!r}, dim={self.dim})"

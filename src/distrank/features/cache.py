@@ -1,0 +1,196 @@
+"""Feature files with metadata, and a cache that never reuses a mismatched file.
+
+A feature file ``<out>.npz`` holds ``features`` float32 (N, d) and, when the
+image file has them, its ``labels``. Beside it, ``<out>.meta.json`` records
+everything that determines the features: the extractor's metadata (name,
+backend, device type, dim, preprocessing, weights sha256, package versions,
+precision), the image file's sha256 and shape, and the caller's
+``extra_meta`` (dataset, split, model, ... ; any JSON values).
+
+:func:`cached_features` reuses a file only when its sidecar equals the
+requested metadata exactly (after a JSON round trip); anything else - another
+preprocessing, other weights, another torch, changed images - recomputes.
+
+Writes are atomic: the old sidecar is removed first, then the features and
+finally the new sidecar are written to temporary files and renamed into place,
+so a sidecar on disk always describes the features beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["cached_features", "extract_to_file", "load_features", "meta_path", "requested_metadata"]
+
+FORMAT = "distrank.features/1"
+_RESERVED = frozenset({"format", "extractor", "backend", "device", "d", "n", "preprocessing", "weights",
+                       "versions", "precision", "input_sha256", "input_shape", "labels"})
+
+
+def meta_path(out_npz: str | os.PathLike) -> Path:
+    """The metadata sidecar of a feature file: ``<out>.meta.json``."""
+    out = Path(out_npz)
+    return out.with_name(out.name + ".meta.json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _npz_member_shape(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Shape and dtype of one array in an npz, read from its header (no decompression of the data)."""
+    with zipfile.ZipFile(path) as archive:
+        name = f"{key}.npy"
+        if name not in archive.namelist():
+            return None
+        with archive.open(name) as member:
+            version = np.lib.format.read_magic(member)
+            reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                      else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = reader(member)
+    return tuple(shape), np.dtype(dtype)
+
+
+def _image_file_info(images_npz: Path) -> tuple[tuple[int, ...], bool]:
+    info = _npz_member_shape(images_npz, "images")
+    if info is None:
+        raise ValueError(f"{images_npz} has no 'images' array")
+    shape, dtype = info
+    if dtype != np.uint8 or len(shape) != 4 or shape[-1] not in (1, 3):
+        raise ValueError(f"{images_npz}: 'images' must be uint8 (N, H, W, C) with C = 1 or 3, "
+                         f"got {dtype} {shape}")
+    return shape, _npz_member_shape(images_npz, "labels") is not None
+
+
+def _json_normal(obj) -> dict:
+    return json.loads(json.dumps(obj, sort_keys=True))
+
+
+def requested_metadata(images_npz: str | os.PathLike, extractor, extra_meta: dict | None = None) -> dict:
+    """The sidecar that features of ``images_npz`` by ``extractor`` must carry."""
+    images_npz = Path(images_npz)
+    shape, has_labels = _image_file_info(images_npz)
+    extra = dict(extra_meta or {})
+    clash = _RESERVED.intersection(extra)
+    if clash:
+        raise ValueError(f"extra_meta may not set the reserved keys {sorted(clash)}")
+    meta = {
+        "format": FORMAT,
+        **extractor.metadata(),
+        "n": int(shape[0]),
+        "input_sha256": _sha256(images_npz),
+        "input_shape": [int(s) for s in shape],
+        "labels": has_labels,
+        **extra,
+    }
+    return _json_normal(meta)
+
+
+def _atomic_save(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def extract_to_file(
+    images_npz: str | os.PathLike,
+    out_npz: str | os.PathLike,
+    extractor,
+    *,
+    batch_size: int | None = None,
+    extra_meta: dict | None = None,
+) -> dict:
+    """Extract features of an image file into ``out_npz`` (+ sidecar); return the metadata.
+
+    ``images_npz`` holds ``images`` uint8 (N, H, W, C) and optionally ``labels``,
+    which are copied. ``batch_size`` affects speed and memory only and is not
+    recorded.
+    """
+    images_npz, out_npz = Path(images_npz), Path(out_npz)
+    meta = requested_metadata(images_npz, extractor, extra_meta)
+    _extract(images_npz, out_npz, extractor, meta, batch_size)
+    return meta
+
+
+def _extract(images_npz: Path, out_npz: Path, extractor, meta: dict, batch_size: int | None) -> None:
+    with np.load(images_npz, allow_pickle=False) as data:
+        images = data["images"]
+        labels = data["labels"] if "labels" in data.files else None
+    if len(images) != meta["n"]:
+        raise RuntimeError(f"{images_npz} changed while it was being read")
+    features = extractor.extract(images, batch_size=batch_size)
+    if features.shape != (meta["n"], meta["d"]) or features.dtype != np.float32:
+        raise RuntimeError(f"extractor returned {features.dtype} {features.shape}, "
+                           f"expected float32 {(meta['n'], meta['d'])}")
+    arrays = {"features": features}
+    if labels is not None:
+        arrays["labels"] = labels
+
+    sidecar = meta_path(out_npz)
+    sidecar.unlink(missing_ok=True)  # never leave an old sidecar beside new features
+    _atomic_save(out_npz, lambda handle: np.savez(handle, **arrays))
+    text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+    _atomic_save(sidecar, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def load_features(out_npz: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None, dict]:
+    """(features, labels or None, metadata) of a feature file."""
+    out_npz = Path(out_npz)
+    with np.load(out_npz, allow_pickle=False) as data:
+        features = data["features"]
+        labels = data["labels"] if "labels" in data.files else None
+    meta = json.loads(meta_path(out_npz).read_text(encoding="utf-8"))
+    return features, labels, meta
+
+
+def _reusable(out_npz: Path, wanted: dict) -> bool:
+    sidecar = meta_path(out_npz)
+    if not (out_npz.is_file() and sidecar.is_file()):
+        return False
+    try:
+        existing = json.loads(sidecar.read_text(encoding="utf-8"))
+        if existing != wanted:
+            return False
+        info = _npz_member_shape(out_npz, "features")
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+    return info is not None and info == ((wanted["n"], wanted["d"]), np.dtype(np.float32))
+
+
+def cached_features(
+    images_npz: str | os.PathLike,
+    out_npz: str | os.PathLike,
+    extractor,
+    *,
+    batch_size: int | None = None,
+    extra_meta: dict | None = None,
+) -> np.ndarray:
+    """Features of ``images_npz``: read from ``out_npz`` if its metadata matches exactly, else extracted.
+
+    Returns the float32 (N, d) features; the file and sidecar are (re)written
+    whenever they are missing, unreadable or describe anything else.
+    """
+    images_npz, out_npz = Path(images_npz), Path(out_npz)
+    wanted = requested_metadata(images_npz, extractor, extra_meta)
+    if not _reusable(out_npz, wanted):
+        _extract(images_npz, out_npz, extractor, wanted, batch_size)
+    return load_features(out_npz)[0]

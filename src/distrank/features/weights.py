@@ -1,0 +1,186 @@
+"""Network weights: found in a weights directory, else downloaded and verified.
+
+Lookup order for a :class:`WeightsFile`:
+
+1. ``<weights_dir>/<filename>`` (or one of its ``aliases``), where the weights
+   directory is the ``weights_dir`` argument (the pipeline passes its config
+   key), else ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``;
+2. otherwise a download with :func:`distrank.data.download.fetch` to that
+   directory, verified by the published sha256 when there is one (Inception),
+   else by the sha256 recorded in the checksum lock file on first download
+   (DINOv2: Meta publishes no checksum).
+
+Offline (``offline=True`` or ``DISTRANK_OFFLINE=1``) a missing file fails at
+once with a message that names the file, its URL and the directory to put it in.
+A local file is checked too: one whose sha256 differs from the published digest,
+or does not start with the hex prefix in its published name
+(``...-6726825d.pth``), is rejected.
+
+Weights are always unpickled with ``torch.load(weights_only=True)``: a weights
+file can hold tensors and plain containers only, never code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "WEIGHTS",
+    "WeightsFile",
+    "WeightsNotFoundError",
+    "file_sha256",
+    "load_state_dict",
+    "resolve_weights",
+    "weights_dir",
+]
+
+ENV_WEIGHTS_DIR = "DISTRANK_WEIGHTS_DIR"
+ENV_OFFLINE = "DISTRANK_OFFLINE"
+DEFAULT_WEIGHTS_DIR = "resources/weights"
+DEFAULT_LOCKFILE = "resources/checksums.lock"
+
+
+class WeightsNotFoundError(FileNotFoundError):
+    """A weights file is not in the weights directory and cannot be downloaded."""
+
+
+@dataclass(frozen=True)
+class WeightsFile:
+    """Where one weights file comes from and how it is verified."""
+
+    filename: str
+    url: str
+    description: str
+    sha256: str | None = None          # full published digest, when there is one
+    sha256_prefix: str | None = None   # hex prefix published in the file name
+    size: int | None = None
+    aliases: tuple[str, ...] = field(default_factory=tuple)  # same file under other names
+
+
+WEIGHTS: dict[str, WeightsFile] = {
+    "inception": WeightsFile(
+        filename="pt_inception-2015-12-05-6726825d.pth",
+        url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
+            "pt_inception-2015-12-05-6726825d.pth",
+        description="FID Inception-v3 (PyTorch port of the 2015-12-05 TensorFlow graph)",
+        # the name carries the first 8 hex digits; the full digest as published alongside it
+        sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
+        sha256_prefix="6726825d",
+        aliases=("weights-inception-2015-12-05-6726825d.pth",),  # torch-fidelity's name
+    ),
+    "dinov2_vits14": WeightsFile(
+        filename="dinov2_vits14_pretrain.pth",
+        url="https://dl.fbaipublicfiles.com/dinov2/dinov2_vits14/dinov2_vits14_pretrain.pth",
+        description="DINOv2 ViT-S/14 (LVD-142M), Meta's release",
+    ),
+    "dinov2_vitb14": WeightsFile(
+        filename="dinov2_vitb14_pretrain.pth",
+        url="https://dl.fbaipublicfiles.com/dinov2/dinov2_vitb14/dinov2_vitb14_pretrain.pth",
+        description="DINOv2 ViT-B/14 (LVD-142M), Meta's release",
+    ),
+    "dinov2_vitl14": WeightsFile(
+        filename="dinov2_vitl14_pretrain.pth",
+        url="https://dl.fbaipublicfiles.com/dinov2/dinov2_vitl14/dinov2_vitl14_pretrain.pth",
+        description="DINOv2 ViT-L/14 (LVD-142M), Meta's release (~1.2 GB)",
+    ),
+}
+
+
+def weights_dir(path: str | os.PathLike | None = None) -> Path:
+    """The weights directory: ``path``, else ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``."""
+    if path is not None:
+        return Path(path)
+    return Path(os.environ.get(ENV_WEIGHTS_DIR) or DEFAULT_WEIGHTS_DIR)
+
+
+def _offline_from_env() -> bool:
+    return os.environ.get(ENV_OFFLINE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_weights(
+    spec: WeightsFile,
+    directory: str | os.PathLike | None = None,
+    *,
+    offline: bool | None = None,
+    lockfile: str | os.PathLike | None = None,
+) -> Path:
+    """Path of a verified local copy of ``spec`` (see the module docstring).
+
+    ``directory`` None means :func:`weights_dir`'s default; ``offline`` None reads ``$DISTRANK_OFFLINE``; ``lockfile`` None means
+    ``resources/checksums.lock``.
+    """
+    directory = weights_dir(directory)
+    for name in (spec.filename, *spec.aliases):
+        candidate = directory / name
+        if candidate.is_file():
+            _check_digest(spec, candidate)
+            return candidate
+
+    where = (f"put {spec.filename} ({spec.description}, from {spec.url}) into {directory.resolve()}/ "
+             f"(or point ${ENV_WEIGHTS_DIR} or the config's weights directory at a folder holding it)")
+    if offline if offline is not None else _offline_from_env():
+        raise WeightsNotFoundError(f"offline and {spec.filename} is missing: {where}")
+
+    from distrank.data.download import DownloadError, fetch
+
+    dest = directory / spec.filename
+    try:
+        fetch(spec.url, dest, sha256=spec.sha256, size=spec.size,
+              lockfile=None if spec.sha256 else Path(lockfile or DEFAULT_LOCKFILE))
+    except DownloadError as err:
+        raise WeightsNotFoundError(f"could not download {spec.url} ({err}); {where}") from err
+    try:
+        _check_digest(spec, dest)
+    except ValueError:
+        dest.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _check_digest(spec: WeightsFile, path: Path) -> None:
+    if spec.sha256 is None and spec.sha256_prefix is None:
+        return
+    digest = file_sha256(path)
+    if spec.sha256 is not None:
+        ok, wanted = digest == spec.sha256.lower(), spec.sha256.lower()
+    else:
+        ok, wanted = digest.startswith(spec.sha256_prefix.lower()), f"a digest starting with {spec.sha256_prefix}"
+    if not ok:
+        raise ValueError(f"{path} has sha256 {digest}, expected {wanted}: it is not {spec.description}; "
+                         f"remove it and fetch {spec.url}")
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, memoised per (path, size, mtime) within the process."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 22):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A state dict from a weights file, unpickled with ``weights_only=True`` onto the CPU.
+
+    Accepts a bare state dict or one wrapped under "state_dict" / "model".
+    """
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(f"{path} does not hold a state dict (a mapping of names to tensors)")
+    return dict(obj)
