@@ -1,0 +1,335 @@
+"""Image sets named in a study's config (real data or a model's samples), decoded.
+
+A *source* is a small mapping from the config, e.g.::
+
+    {kind: fashion_mnist, split: train, root: null}
+    {kind: npz, artifact: biggan_deep_imagenet256, max_images: 10000}
+    {kind: cifar10, artifact: cifar10_python, split: test}
+    {kind: folder, artifact: afhq, subdir: afhq/train, labels_from_subfolders: true,
+     resolution: 256, max_per_class: 500}
+    {kind: folder, path: /data/my_samples}
+
+Kinds and their keys:
+
+- ``fashion_mnist``: ``split`` (train | test | all), ``root`` (folder with the IDX
+  files, or null for the Debian package / a download).
+- ``npz``: an ADM / guided-diffusion batch (``arr_0`` uint8 NHWC, optional ``arr_1``
+  int labels; read streaming, so ``max_images`` reads only the first rows) or the
+  project's own image-set npz (``images``, optional ``labels``).
+- ``cifar10``: the CIFAR-10 python tarball (not extracted; its pickles go through
+  a restricted unpickler), ``split`` (train | test).
+- ``folder``: PNG / JPEG files below a directory (recursively, in sorted path
+  order), optionally below ``subdir``; ``labels_from_subfolders`` labels each image
+  with its top-level subfolder below that (AFHQ: ``afhq/train/{cat,dog,wild}``).
+
+Where the files are: every kind but ``fashion_mnist`` takes exactly one of
+``artifact`` (a name from the config's ``downloads:``, looked up in the ``paths``
+mapping the pipeline passes: the downloaded file, or the extraction directory of
+an archive) or ``path`` (a local file or directory, e.g. a user's own samples).
+
+Keys every kind accepts, applied in this order:
+
+- ``max_per_class``: keep the first N images of each class (labelled sets only).
+- ``max_images``: keep the first N images.
+- ``resolution``: resize to this size (an int for square images, or
+  ``[height, width]``) with PIL's bicubic filter. Without it, images of
+  different sizes in one source are an error naming the file.
+
+Both limits are "first in source order", so they are deterministic and need no
+seed. For folders they are applied to the file list before decoding, and each
+image is resized as it is decoded, so memory is bounded by the output.
+
+Labels are int64 class indices. String labels (subfolder names, string labels
+in an npz) are mapped to ints in sorted order of the names, and the names are
+returned in :attr:`ImageSet.label_names` (index = label). The mapping is taken
+from all classes of the source, before any limit, so it does not depend on
+``max_images``.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .fashion_mnist import CLASS_NAMES as FASHION_MNIST_CLASSES
+from .fashion_mnist import load_fashion_mnist
+from .images import check_images, load_images
+from .readers import (
+    IMAGE_EXTENSIONS,
+    _image_files,
+    cifar10_label_names,
+    read_adm_npz,
+    read_cifar10_python,
+)
+
+__all__ = ["KINDS", "ImageSet", "load_source", "resize_images"]
+
+_LIMITS = frozenset({"max_images", "max_per_class", "resolution"})
+_LOCATION = frozenset({"artifact", "path"})
+
+#: kind -> the keys a source of that kind may have (besides ``kind``).
+KINDS: dict[str, frozenset[str]] = {
+    "fashion_mnist": frozenset({"split", "root"}) | _LIMITS,
+    "npz": _LOCATION | _LIMITS,
+    "cifar10": _LOCATION | {"split"} | _LIMITS,
+    "folder": _LOCATION | {"subdir", "labels_from_subfolders"} | _LIMITS,
+}
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """Decoded images of a source.
+
+    images : uint8 (N, H, W, C), C in {1, 3}.
+    labels : int64 (N,), or None for unlabelled sources.
+    label_names : class names, ``label_names[k]`` naming label k; None when the
+        source has integer labels without names (or no labels).
+
+    Unpacks like the former return value: ``images, labels = load_source(...)``.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray | None = None
+    label_names: tuple[str, ...] | None = None
+
+    def __iter__(self):
+        return iter((self.images, self.labels))
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+
+def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | None = None
+                ) -> ImageSet:
+    """Decode the image set that a config ``source`` entry names (see the module doc).
+
+    paths : artifact name -> local path (the downloaded file, or the directory an
+        archive was extracted to); needed for sources given by ``artifact``.
+    """
+    kind = source.get("kind")
+    if kind not in KINDS:
+        raise ValueError(f"source {dict(source)}: 'kind' must be one of {sorted(KINDS)}, "
+                         f"got {kind!r}")
+    unknown = set(source) - KINDS[kind] - {"kind"}
+    if unknown:
+        raise ValueError(f"source of kind {kind!r}: unknown key(s) {sorted(unknown)}; "
+                         f"allowed: {sorted(KINDS[kind])}")
+    limits = _Limits.of(source)
+    if kind == "fashion_mnist":
+        images, labels = load_fashion_mnist(_required(source, "split"), root=source.get("root"))
+        image_set = ImageSet(images[..., np.newaxis], labels, FASHION_MNIST_CLASSES)
+    elif kind == "npz":
+        image_set = _load_npz(_location(source, paths), limits)
+    elif kind == "cifar10":
+        path = _location(source, paths)
+        images, labels = read_cifar10_python(path, _required(source, "split"))
+        image_set = ImageSet(images, labels, tuple(cifar10_label_names(path)))
+    else:
+        image_set = _load_folder(_location(source, paths), source, limits)
+    return limits.apply(image_set)
+
+
+# ---------------------------------------------------------------------------
+# Limits: max_per_class, max_images, resolution
+
+@dataclass(frozen=True)
+class _Limits:
+    max_images: int | None
+    max_per_class: int | None
+    resolution: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, source: Mapping) -> _Limits:
+        for key in ("max_images", "max_per_class"):
+            value = source.get(key)
+            if value is not None and (not _is_int(value) or value < 1):
+                raise ValueError(f"source key {key!r} must be a positive integer, got {value!r}")
+        return cls(source.get("max_images"), source.get("max_per_class"),
+                   _resolution(source.get("resolution")))
+
+    def rows(self, labels: np.ndarray | None, n: int, where: str) -> np.ndarray:
+        """Indices of the rows to keep, in source order."""
+        rows = np.arange(n)
+        if self.max_per_class is not None:
+            if labels is None:
+                raise ValueError(f"{where}: 'max_per_class' needs labels, and this source has none")
+            rank = np.empty(n, dtype=np.int64)  # position of each row within its class
+            for label in np.unique(labels):
+                members = np.flatnonzero(labels == label)
+                rank[members] = np.arange(len(members))
+            rows = rows[rank < self.max_per_class]
+        if self.max_images is not None:
+            rows = rows[:self.max_images]
+        return rows
+
+    def apply(self, image_set: ImageSet) -> ImageSet:
+        # Idempotent, so readers that already applied the limits (folders, streamed
+        # npz batches) pass through unchanged.
+        images, labels = image_set.images, image_set.labels
+        rows = self.rows(labels, len(images), "source")
+        if len(rows) < len(images):
+            images = images[rows]
+            labels = None if labels is None else labels[rows]
+        if self.resolution is not None:
+            images = resize_images(images, self.resolution)
+        return ImageSet(images, labels, image_set.label_names)
+
+
+def resize_images(images: np.ndarray, resolution: tuple[int, int]) -> np.ndarray:
+    """Resize uint8 (N, H, W, C) images to ``resolution`` = (height, width), PIL bicubic.
+
+    Images already at that size are returned unchanged (no copy).
+    """
+    height, width = resolution
+    if images.shape[1:3] == (height, width):
+        return images
+    out = np.empty((len(images), height, width, images.shape[3]), dtype=np.uint8)
+    for i, image in enumerate(images):
+        out[i] = _resize(image, resolution)
+    return out
+
+
+def _resize(image: np.ndarray, resolution: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    height, width = resolution
+    if image.shape[:2] == (height, width):
+        return image
+    grey = image.shape[2] == 1
+    pil = Image.fromarray(image[..., 0] if grey else image)
+    resized = np.asarray(pil.resize((width, height), Image.Resampling.BICUBIC), dtype=np.uint8)
+    return resized[..., np.newaxis] if grey else resized
+
+
+def _resolution(value) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if _is_int(value):
+        value = (value, value)
+    if (not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2
+            or not all(_is_int(v) and v >= 1 for v in value)):
+        raise ValueError("source key 'resolution' must be a positive integer or "
+                         f"[height, width], got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------------------
+# Locations
+
+def _location(source: Mapping, paths: Mapping | None) -> Path:
+    given = _LOCATION & set(source)
+    if len(given) != 1:
+        raise ValueError(f"source of kind {source['kind']!r} needs exactly one of 'artifact' "
+                         f"(a name from the config's downloads) or 'path', got {sorted(given)}")
+    if "path" in source:
+        path = Path(source["path"])
+    else:
+        name = source["artifact"]
+        if not paths or name not in paths:
+            known = ", ".join(sorted(paths or {})) or "none"
+            raise KeyError(f"source artifact {name!r} has no local path: the caller must pass "
+                           f"paths={{{name!r}: <downloaded file or extracted folder>}} "
+                           f"(artifacts passed: {known})")
+        path = Path(paths[name])
+    if not path.exists():
+        raise FileNotFoundError(f"source of kind {source['kind']!r}: {path} does not exist")
+    return path
+
+
+def _required(source: Mapping, key: str):
+    if source.get(key) is None:
+        raise ValueError(f"source of kind {source['kind']!r} needs the key {key!r}")
+    return source[key]
+
+
+# ---------------------------------------------------------------------------
+# npz: ADM batches and the project's image sets
+
+def _load_npz(path: Path, limits: _Limits) -> ImageSet:
+    if path.is_dir():
+        raise IsADirectoryError(f"npz source {path} is a directory; 'npz' needs an .npz file "
+                                "(use kind 'folder' for image files)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ValueError(f"{path} is not a readable npz file: {err}") from err
+    if "arr_0.npy" in names:
+        # Streamed: only the first max_images rows are read from a 50k-image batch.
+        stream_limit = limits.max_images if limits.max_per_class is None else None
+        images, labels = read_adm_npz(path, max_images=stream_limit)
+        return ImageSet(images, labels)
+    if "images.npy" in names:
+        images, labels = load_images(path)
+        labels, label_names = _encode_labels(labels)
+        return ImageSet(images, labels, label_names)
+    raise KeyError(f"{path}: neither 'arr_0' (ADM batch) nor 'images' (distrank image set) "
+                   f"found; keys: {', '.join(sorted(n.removesuffix('.npy') for n in names))}")
+
+
+def _encode_labels(labels: np.ndarray | None) -> tuple[np.ndarray | None, tuple[str, ...] | None]:
+    """String labels -> (int64 indices in sorted name order, names); ints pass through."""
+    if labels is None or labels.dtype.kind != "U":
+        return labels, None
+    names, codes = np.unique(labels, return_inverse=True)
+    return codes.astype(np.int64), tuple(str(n) for n in names)
+
+
+# ---------------------------------------------------------------------------
+# Image folders
+
+def _load_folder(location: Path, source: Mapping, limits: _Limits) -> ImageSet:
+    root = location / source["subdir"] if source.get("subdir") else location
+    if not root.is_dir():
+        raise NotADirectoryError(f"folder source: {root} does not exist or is not a directory")
+    files = _image_files(root, IMAGE_EXTENSIONS)
+    if not files:
+        raise FileNotFoundError(f"folder source: no {'/'.join(IMAGE_EXTENSIONS)} images below "
+                                f"{root}")
+    labels = label_names = None
+    if source.get("labels_from_subfolders", False):
+        flat = [f for f in files if len(f.relative_to(root).parts) < 2]
+        if flat:
+            raise ValueError(f"{flat[0]} is not inside a subfolder of {root}, so it has no label "
+                             "(labels_from_subfolders is true)")
+        labels, label_names = _encode_labels(np.array([f.relative_to(root).parts[0]
+                                                       for f in files]))
+    rows = limits.rows(labels, len(files), f"folder source {root}")
+    files = [files[i] for i in rows]
+    if labels is not None:
+        labels = labels[rows]
+    return ImageSet(_decode(files, limits.resolution), labels, label_names)
+
+
+def _decode(files: list[Path], resolution: tuple[int, int] | None) -> np.ndarray:
+    """Decode ``files`` to RGB uint8 (N, H, W, 3), resizing each as it is read."""
+    from PIL import Image
+
+    images = None
+    for i, file in enumerate(files):
+        try:
+            with Image.open(file) as img:
+                pixels = np.asarray(img.convert("RGB"), dtype=np.uint8)
+        except OSError as err:
+            raise ValueError(f"cannot decode image {file}: {err}") from err
+        if resolution is not None:
+            pixels = _resize(pixels, resolution)
+        if images is None:
+            images = np.empty((len(files), *pixels.shape), dtype=np.uint8)
+        elif pixels.shape != images.shape[1:]:
+            raise ValueError(
+                f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
+                f"{images.shape[2]}x{images.shape[1]}; all images of a source must share one "
+                "size, or give the source a 'resolution' to resize them to")
+        images[i] = pixels
+    check_images(images, where=f"images below {files[0].parent}")
+    return images

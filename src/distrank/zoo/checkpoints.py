@@ -1,0 +1,348 @@
+"""Samples from published generator checkpoints: StyleGAN2-ADA and EDM network pickles.
+
+These pickles hold the networks as Python objects whose classes live in the
+upstream repositories (``dnnlib``, ``torch_utils``, ``training``); StyleGAN2-ADA's
+even embed their source code, which ``torch_utils.persistence`` executes on
+load. **Unpickling one runs arbitrary code**, so :func:`generate_from_checkpoint`
+refuses unless the caller passes ``trust_pickles=True`` (the config's
+``trust_pickles: true``), and the upstream code is a GitHub archive pinned by
+commit (:data:`UPSTREAMS`) that the pipeline downloads and extracts like any
+other artifact.
+
+Seeding follows the upstream ``generate.py`` scripts, so image ``i`` of
+``generate_from_checkpoint(..., seed=s)`` is the image upstream writes for seed
+``s + i`` (same device and settings):
+
+- StyleGAN2-ADA: ``z = np.random.RandomState(s + i).randn(1, G.z_dim)``, then
+  ``G(z, c, truncation_psi=psi, noise_mode='const')``. A conditional network
+  (``G.c_dim > 0``, e.g. ``cifar10.pkl``) gets ``class_idx`` for every image, or
+  else a class drawn uniformly from the same RandomState right after ``z``.
+- EDM: a ``torch.Generator(device)`` seeded with ``s + i`` draws the latent and
+  then (conditional nets) the class; sampling is EDM's deterministic 2nd-order
+  Heun sampler (Karras et al. 2022, Algorithm 2 without churn).
+
+Each image depends only on ``s + i``: not on ``n``, ``batch_size`` or the other
+images. Consequences: the same seed at several truncation psi values gives the
+same latents (common random numbers, so the psi effect is isolated), and seeds
+``s`` and ``s + 1`` share all but one latent, so do not use neighbouring seeds
+for sets meant to be independent. Images are converted as upstream does:
+``(x * 127.5 + 128).clamp(0, 255)`` to uint8, NHWC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "EDM",
+    "STYLEGAN2_ADA",
+    "UPSTREAMS",
+    "CHECKPOINT_BASE_URLS",
+    "UntrustedPickleError",
+    "Upstream",
+    "edm_sample",
+    "find_code_root",
+    "generate_from_checkpoint",
+    "upstream_code",
+]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A GitHub repository pinned to one commit."""
+
+    repo: str    # owner/name
+    commit: str  # 40 hex digits
+
+    @property
+    def archive_url(self) -> str:
+        """GitHub's tarball of the commit; it unpacks to ``<name>-<commit>/``."""
+        return f"https://github.com/{self.repo}/archive/{self.commit}.tar.gz"
+
+    @property
+    def top_folder(self) -> str:
+        return f"{self.repo.split('/')[1]}-{self.commit}"
+
+
+# Head of each repository's main branch. No checksum is published for GitHub's
+# archives (and they are generated on demand), so the pipeline records their
+# sha256 on first download in resources/checksums.lock.
+STYLEGAN2_ADA = Upstream("NVlabs/stylegan2-ada-pytorch", "6f160b3d22b8b178ebe533a50d4d5e63aedba21d")
+EDM = Upstream("NVlabs/edm", "008a4e5316c8e3bfe61a62f874bddba254295afb")
+UPSTREAMS = {"stylegan2_ada": STYLEGAN2_ADA, "edm": EDM}
+
+#: Published checkpoints, for the configs' downloads (no checksums are published).
+CHECKPOINT_BASE_URLS = {
+    "stylegan2_ada": "https://nvlabs-fi-cdn.nvidia.com/stylegan2-ada-pytorch/pretrained/",
+    "edm": "https://nvlabs-fi-cdn.nvidia.com/edm/pretrained/",
+}
+
+
+class UntrustedPickleError(PermissionError):
+    """A network pickle was to be loaded without ``trust_pickles=True``."""
+
+
+def generate_from_checkpoint(
+    pkl_path: str | os.PathLike,
+    code_dir: str | os.PathLike,
+    *,
+    n: int,
+    seed: int,
+    truncation_psi: float = 1.0,
+    class_idx: int | None = None,
+    batch_size: int = 64,
+    device: str | None = None,
+    trust_pickles: bool = False,
+    noise_mode: str = "const",
+    num_steps: int = 18,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Generate ``n`` images from a StyleGAN2-ADA or EDM network pickle.
+
+    Returns images uint8 (n, H, W, C) and labels int64 (n,) for conditional
+    networks, else None. The family is recognised from the pickle: a dict with
+    ``G_ema`` (StyleGAN2-ADA, loaded with the upstream ``legacy.load_network_pkl``
+    when ``code_dir`` has it, which also converts old TensorFlow pickles) or
+    ``ema`` (EDM, plain ``pickle.load`` as upstream does).
+
+    pkl_path : the network pickle.
+    code_dir : the upstream source tree (the folder holding ``dnnlib/`` and
+        ``torch_utils/``), or the folder it was extracted to, whose single
+        subfolder is that tree (GitHub's ``<repo>-<commit>/``). It is put on
+        ``sys.path`` only while loading and generating; afterwards ``sys.path``
+        and the imported upstream modules are restored as they were.
+    seed : image i uses seed ``seed + i`` (see the module doc).
+    truncation_psi : StyleGAN2-ADA's truncation; 1 is none (EDM: must be 1).
+    class_idx : the class of every image of a conditional network; None draws
+        one per image, seeded.
+    device : "cuda", "cpu", ...; None picks CUDA when available.
+    trust_pickles : must be True: loading the pickle executes code from it.
+    noise_mode : StyleGAN2-ADA's per-layer noise, "const" (upstream's default),
+        "random" or "none".
+    num_steps : EDM sampler steps (18 for CIFAR-10, 40 for the 64x64 models,
+        as in the EDM paper).
+    """
+    pkl_path = Path(pkl_path)
+    if not trust_pickles:
+        raise UntrustedPickleError(
+            f"refusing to load the network pickle {pkl_path}: unpickling it runs code embedded "
+            "in the file (and in the upstream repository it needs) with your permissions. Set "
+            "trust_pickles: true in the config (trust_pickles=True) only for checkpoints from "
+            "a source you trust, such as NVIDIA's published ones verified by checksum")
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"argument 'n' must be a positive integer, got {n!r}")
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"argument 'batch_size' must be a positive integer, got {batch_size!r}")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"argument 'seed' must be a non-negative integer, got {seed!r}")
+    if noise_mode not in ("const", "random", "none"):
+        raise ValueError(f"argument 'noise_mode' must be 'const', 'random' or 'none', "
+                         f"got {noise_mode!r}")
+    if not pkl_path.is_file():
+        raise FileNotFoundError(f"network pickle {pkl_path} does not exist")
+    code_root = find_code_root(code_dir)
+
+    import torch
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with upstream_code(code_root):
+        networks = _load_pickle(pkl_path, code_root)
+        if "G_ema" in networks:
+            net = networks["G_ema"].eval().requires_grad_(False).to(device)
+            _check_class(class_idx, net.c_dim, pkl_path)
+            batches = _stylegan_batches(net, n, seed, truncation_psi, class_idx, batch_size,
+                                        noise_mode, device)
+            conditional = net.c_dim > 0
+        elif "ema" in networks:
+            if truncation_psi != 1.0:
+                raise ValueError(f"{pkl_path} is an EDM network, which has no truncation; "
+                                 f"truncation_psi must be 1, got {truncation_psi}")
+            net = networks["ema"].eval().requires_grad_(False).to(device)
+            _check_class(class_idx, net.label_dim, pkl_path)
+            batches = _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device)
+            conditional = net.label_dim > 0
+        else:
+            raise KeyError(f"{pkl_path}: expected a StyleGAN2-ADA ('G_ema') or EDM ('ema') "
+                           f"network pickle, found keys {sorted(map(str, networks))}")
+        with torch.no_grad():
+            images, labels = zip(*batches)
+    images = np.concatenate(images)
+    if images.ndim != 4 or images.shape[3] not in (1, 3):
+        raise ValueError(f"{pkl_path}: the network made images of shape {images.shape[1:]} "
+                         "(NHWC), expected 1 or 3 channels")
+    return images, np.concatenate(labels) if conditional else None
+
+
+# ---------------------------------------------------------------------------
+# Upstream code on sys.path, temporarily
+
+def find_code_root(code_dir: str | os.PathLike) -> Path:
+    """The upstream source tree: ``code_dir`` or its single subfolder holding ``dnnlib/``."""
+    code_dir = Path(code_dir)
+    if (code_dir / "dnnlib").is_dir():
+        return code_dir
+    if not code_dir.is_dir():
+        raise NotADirectoryError(f"upstream code directory {code_dir} does not exist")
+    children = [c for c in code_dir.iterdir() if c.is_dir() and not c.name.startswith(".")]
+    if len(children) == 1 and (children[0] / "dnnlib").is_dir():
+        return children[0]
+    raise FileNotFoundError(
+        f"{code_dir} is not an upstream source tree: expected dnnlib/ in it or in its single "
+        f"subfolder (GitHub's archive unpacks to <repo>-<commit>/); found "
+        f"{sorted(c.name for c in children) or 'no folders'}")
+
+
+@contextlib.contextmanager
+def upstream_code(code_root: str | os.PathLike):
+    """Make the modules of ``code_root`` importable inside the block, and only there.
+
+    ``code_root`` goes first on ``sys.path``. Modules of the same names imported
+    before (e.g. another repository's ``dnnlib``) are set aside so that this
+    tree's are used, and put back afterwards. On exit, every module imported
+    from ``code_root`` is dropped from ``sys.modules`` again, so the next tree
+    (EDM's after StyleGAN2-ADA's: both have ``dnnlib``, ``torch_utils`` and
+    ``training``) imports its own.
+    """
+    code_root = Path(code_root).resolve()
+    names = {p.stem if p.suffix == ".py" else p.name for p in code_root.iterdir()
+             if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    before = set(sys.modules)
+    shadowed = {name: module for name, module in sys.modules.items()
+                if name.partition(".")[0] in names}
+    for name in shadowed:
+        del sys.modules[name]
+    saved_path = list(sys.path)
+    sys.path.insert(0, str(code_root))
+    try:
+        yield code_root
+    finally:
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - before:
+            if name.partition(".")[0] in names or _inside(sys.modules[name], code_root):
+                del sys.modules[name]
+        sys.modules.update(shadowed)
+
+
+def _inside(module, root: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and root in Path(file).resolve().parents
+
+
+def _load_pickle(pkl_path: Path, code_root: Path) -> dict:
+    with open(pkl_path, "rb") as handle:
+        if (code_root / "legacy.py").is_file():  # StyleGAN2-ADA: also converts TF pickles
+            import legacy
+
+            networks = legacy.load_network_pkl(handle)
+        else:  # EDM's generate.py: pickle.load(f)['ema']
+            networks = pickle.load(handle)
+    if not isinstance(networks, dict):
+        raise TypeError(f"{pkl_path}: expected a pickled dict of networks, got "
+                        f"{type(networks).__name__}")
+    return networks
+
+
+def _check_class(class_idx, n_classes: int, pkl_path: Path) -> None:
+    if class_idx is None:
+        return
+    if n_classes == 0:
+        raise ValueError(f"{pkl_path} is an unconditional network; class_idx must be None, "
+                         f"got {class_idx!r}")
+    if not _is_int(class_idx) or not 0 <= class_idx < n_classes:
+        raise ValueError(f"argument 'class_idx' must be in 0..{n_classes - 1} for {pkl_path}, "
+                         f"got {class_idx!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------------------
+# StyleGAN2-ADA
+
+def _stylegan_batches(G, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device):
+    import torch
+
+    for start in range(0, n, batch_size):
+        zs, labels = [], []
+        for s in range(seed + start, seed + min(start + batch_size, n)):
+            rs = np.random.RandomState(s % (1 << 32))
+            zs.append(rs.randn(1, G.z_dim))
+            if G.c_dim:
+                labels.append(class_idx if class_idx is not None else rs.randint(G.c_dim))
+        z = torch.from_numpy(np.concatenate(zs)).to(device)
+        c = torch.zeros([len(zs), G.c_dim], device=device)
+        labels = np.asarray(labels, dtype=np.int64)
+        if G.c_dim:
+            c[torch.arange(len(zs), device=device), torch.from_numpy(labels).to(device)] = 1
+        img = G(z, c, truncation_psi=truncation_psi, noise_mode=noise_mode)
+        yield _to_uint8(img), labels
+
+
+def _to_uint8(img) -> np.ndarray:
+    """NCHW floats in [-1, 1] -> NHWC uint8, exactly as upstream's generate.py."""
+    import torch
+
+    return (img.permute(0, 2, 3, 1) * 127.5 + 128).clamp(0, 255).to(torch.uint8).cpu().numpy()
+
+
+# ---------------------------------------------------------------------------
+# EDM
+
+def _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device):
+    import torch
+
+    for start in range(0, n, batch_size):
+        latents, labels = [], []
+        for s in range(seed + start, seed + min(start + batch_size, n)):
+            gen = torch.Generator(device).manual_seed(s % (1 << 32))
+            latents.append(torch.randn([net.img_channels, net.img_resolution, net.img_resolution],
+                                       generator=gen, device=device))
+            if net.label_dim:
+                labels.append(int(torch.randint(net.label_dim, size=[], generator=gen,
+                                                device=device)))
+        labels = np.asarray(labels, dtype=np.int64)
+        class_labels = None
+        if net.label_dim:
+            if class_idx is not None:
+                labels[:] = class_idx
+            class_labels = torch.eye(net.label_dim, device=device)[torch.from_numpy(labels)
+                                                                   .to(device)]
+        x = edm_sample(net, torch.stack(latents), class_labels, num_steps=num_steps)
+        yield _to_uint8(x), labels
+
+
+def edm_sample(net, latents, class_labels=None, *, num_steps=18, sigma_min=0.002, sigma_max=80.0,
+               rho=7.0):
+    r"""EDM's deterministic sampler (Karras et al. 2022, Algorithm 2 with S_churn = 0).
+
+    Noise levels :math:`t_i = (\sigma_{max}^{1/\rho} + \tfrac{i}{N-1}(\sigma_{min}^{1/\rho}
+    - \sigma_{max}^{1/\rho}))^\rho`, :math:`t_N = 0`; from :math:`x_0 = t_0 z`, each step
+    takes an Euler step along :math:`d = (x - D(x; t)) / t` and, except into
+    :math:`t_N = 0`, corrects it with the average slope at the end point (Heun).
+    ``net(x, sigma, class_labels)`` is the denoiser D; arithmetic in float64.
+    """
+    import torch
+
+    sigma_min = max(sigma_min, net.sigma_min)
+    sigma_max = min(sigma_max, net.sigma_max)
+    i = torch.arange(num_steps, dtype=torch.float64, device=latents.device)
+    t = (sigma_max ** (1 / rho)
+         + i / max(num_steps - 1, 1) * (sigma_min ** (1 / rho) - sigma_max ** (1 / rho))) ** rho
+    t = torch.cat([net.round_sigma(t), torch.zeros_like(t[:1])])
+    x = latents.to(torch.float64) * t[0]
+    for step in range(num_steps):
+        t_cur, t_next = t[step], t[step + 1]
+        slope = (x - net(x, t_cur, class_labels).to(torch.float64)) / t_cur
+        x_next = x + (t_next - t_cur) * slope
+        if step < num_steps - 1:
+            slope_next = (x_next - net(x_next, t_next, class_labels).to(torch.float64)) / t_next
+            x_next = x + (t_next - t_cur) * (slope + slope_next) / 2
+        x = x_next
+    return x
