@@ -1,5 +1,6 @@
-"""Snakemake entry point, centralized: E2's G1 (held-out features of the clients'
-classes) and G2 (Proposition 1's construction from the clients' Gaussian statistics)."""
+"""Snakemake entry point, centralized: E2's G1 (the base model's features, restricted
+to the clients' classes when both are known) and G2 (Proposition 1's construction
+from the clients' Gaussian statistics)."""
 
 import numpy as np
 
@@ -12,8 +13,10 @@ with logged(sm.log[0]):
     parts = [load_features(p) for p in sm.input.clients]
     reference = np.concatenate(parts)
     clients = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
-    with np.load(sm.input.heldout, allow_pickle=False) as held:
-        g1 = held["features"][np.isin(held["labels"], sm.params.classes)]
+    with np.load(sm.input.base, allow_pickle=False) as base:
+        g1 = base["features"]
+        if sm.params.classes is not None and "labels" in base.files:
+            g1 = g1[np.isin(base["labels"], sm.params.classes)]
     g2 = construct_g2(reference, clients, g1, random_state=sm.params.seed)
     for path, feats in ((sm.output.g1, g1), (sm.output.g2, g2)):
         with atomic_path(path) as tmp:

@@ -7,13 +7,14 @@ from distrank.zoo.degrade import degrade
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    spec, n, seed = dict(sm.params.spec), sm.params.n_samples, sm.params.seed
+    spec = dict(sm.params.spec)
     kind = spec.pop("kind")
     if kind in zoo.FAMILIES:
-        images, labels = zoo.sample(zoo.load_state(sm.input.state), n, seed=seed, **spec)
+        state = zoo.load_state(sm.input.state)
+        images, labels = zoo.sample(state, sm.params.n_samples, seed=sm.params.seed, **spec)
     else:
         images, labels = load_images(sm.input.heldout)
-        if kind != "real":
+        if kind != "heldout":
             (level,) = spec.values()
-            images, labels = degrade(kind, images[..., 0], labels, level=level, seed=seed)
-    save_images(sm.output[0], images, labels, model=sm.wildcards.model, spec=sm.params.spec)
+            images, labels = degrade(kind, images, labels, level=level, seed=sm.params.seed)
+    save_images(sm.output[0], images, labels, model=sm.wildcards.model, spec=dict(sm.params.spec))

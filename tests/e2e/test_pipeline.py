@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--configfile", str(REPO / "config.yaml"), str(REPO / "tests/e2e/tiny.yaml"),
+           "--configfile", str(REPO / "tests/e2e/tiny.yaml"),
            "--cores", "2", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -49,3 +50,47 @@ def test_second_run_has_nothing_to_do(study):
     run = snakemake(study, "--dry-run")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Nothing to be done" in run.stdout + run.stderr
+
+
+def test_kd_gap_is_the_same_for_every_model(study):
+    """Theorem 1 on finite samples: KD_avg - KD_all does not depend on the model."""
+    e1 = table(study, "E1_kd_consistency")
+    gap = e1["KD_avg"] - e1["KD_all"]
+    assert len(e1) == 6
+    assert np.ptp(gap) / abs(gap.mean()) < 1e-9
+    np.testing.assert_array_equal(e1["KD_gap"], gap)
+
+
+def test_kd_rankings_agree(study):
+    agreement = table(study, "E1_kd_consistency_agreement").set_index("metric")
+    assert agreement.loc["KD", "kendall_tau"] == 1.0
+    assert agreement.loc["KD", "rank_flips"] == 0
+
+
+def test_recall_all_equals_recall_avg(study):
+    """Recall_all = sum (n_i/n) Recall_i exactly: the generated manifold ignores clients."""
+    e6 = table(study, "E6_prdc")
+    np.testing.assert_allclose(e6["Recall_all"], e6["Recall_avg"], rtol=0, atol=1e-12)
+
+
+def test_e2_same_client_fd_different_fd_all(study):
+    """Proposition 1: G1 and G2 get the same FD at every client, not the same FD_all."""
+    e2 = table(study, "E2_fd_counterexample").set_index("client")
+    clients = e2.drop(index=["avg", "all"])
+    assert len(clients) == 6
+    np.testing.assert_allclose(clients["FD_G2"], clients["FD_G1"], rtol=1e-6)
+    assert abs(e2.loc["avg", "FD_rel_diff"]) < 0.01
+    assert abs(e2.loc["all", "FD_rel_diff"]) > 0.2
+    # KD separates them, in both aggregations and the same way
+    assert np.sign(e2.loc["avg", "KD_G2"] - e2.loc["avg", "KD_G1"]) == np.sign(
+        e2.loc["all", "KD_G2"] - e2.loc["all", "KD_G1"]) != 0
+
+
+def test_client_scores_average_to_avg(study):
+    """The server's D_avg is the size-weighted mean of what the clients released."""
+    root = study / "results/tiny/scores/dirichlet/real"
+    avg = json.loads((root / "avg.json").read_text())
+    n = {c: r["n"] for c, r in avg["clients"].items()}
+    for metric, value in avg["scores"].items():
+        mean = sum(n[c] * avg["clients"][c]["scores"][metric] for c in n) / sum(n.values())
+        assert value == pytest.approx(mean, rel=1e-12)

@@ -1,6 +1,4 @@
 # Config lookups and input functions; nothing here computes results.
-import os
-
 from snakemake.utils import validate
 
 
@@ -11,11 +9,6 @@ for _exp, _spec in config["experiments"].items():
             f"config: experiments.{_exp}.partition is {_spec['partition']!r}, "
             f"not one of partitions: {sorted(config['partitions'])}"
         )
-
-# Script jobs (also under --use-conda or on a cluster node) import the package from here.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (f"{workflow.basedir}/src", os.environ.get("PYTHONPATH")) if p
-)
 
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
@@ -32,24 +25,16 @@ wildcard_constraints:
     client=r"c[0-9]+",
 
 
-def zoo():
-    """Model name -> generation spec, in config order."""
-    m = config["models"]
-    models = {"real": {"kind": "real"}} if m["real"] else {}
-    for t in m["cgan"]["truncation"]:
-        models[f"cgan-t{t:g}"] = {"kind": "cgan", "truncation": t}
-    for t in m["vae"]["temperature"]:
-        models[f"vae-t{t:g}"] = {"kind": "vae", "temperature": t}
-    for s in m["noise"]:
-        models[f"noise-{s:g}"] = {"kind": "noise", "sigma": s}
-    for s in m["blur"]:
-        models[f"blur-{s:g}"] = {"kind": "blur", "sigma": s}
-    for k in m["mode_drop"]:
-        models[f"drop-{k}"] = {"kind": "mode_drop", "n_drop": k}
-    return models
-
-
-MODELS = zoo()
+MODELS = config["models"]
+TRAINED = ("cgan", "vae")  # kinds sampled from a generator trained in the DAG
+for _name, _spec in MODELS.items():
+    if _spec["kind"] in TRAINED and _spec["kind"] not in config.get("zoo", {}):
+        raise ValueError(f"config: models.{_name} is a {_spec['kind']}, but zoo.{_spec['kind']} is not set")
+if config["experiments"]["E2"]["base_model"] not in MODELS:
+    raise ValueError(
+        f"config: experiments.E2.base_model {config['experiments']['E2']['base_model']!r} "
+        f"is not one of models: {sorted(MODELS)}"
+    )
 # E2's two models live in feature space (Proposition 1's construction).
 E2_MODELS = ["e2-G1", "e2-G2"]
 
@@ -71,7 +56,7 @@ def res(rule, key):
 
 def model_inputs(wildcards):
     spec = MODELS[wildcards.model]
-    if spec["kind"] in ("cgan", "vae"):
+    if spec["kind"] in TRAINED:
         return {"state": f"{RESULTS}/zoo/{spec['kind']}.pt"}
     return {"heldout": f"{RESULTS}/images/heldout.npz"}
 

@@ -5,7 +5,7 @@ rule real_images:
     output:
         f"{RESULTS}/images/{{subset}}.npz",
     params:
-        data=config["data"],
+        spec=lambda wc: config[wc.subset],
         seed=config["seed"],
     log:
         f"{LOGS}/real_images/{{subset}}.log",

@@ -31,7 +31,7 @@ rule e2_models_centralized:
             f"{RESULTS}/clients/{config['experiments']['E2']['partition']}/{{client}}.npz",
             client=clients(config["experiments"]["E2"]["partition"]),
         ),
-        heldout=f"{RESULTS}/features/heldout.npz",
+        base=f"{RESULTS}/features/model_{config['experiments']['E2']['base_model']}.npz",
     output:
         g1=f"{RESULTS}/features/model_e2-G1.npz",
         g2=f"{RESULTS}/features/model_e2-G2.npz",

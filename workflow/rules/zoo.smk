@@ -9,7 +9,7 @@ rule train_generator:
         f"{RESULTS}/zoo/{{family}}.pt",
     params:
         family=lambda wc: wc.family,
-        steps=lambda wc: config["models"][wc.family]["steps"],
+        steps=lambda wc: config["zoo"][wc.family]["steps"],
         seed=config["seed"],
     log:
         f"{LOGS}/train_generator/{{family}}.log",
@@ -34,7 +34,7 @@ rule generate:
         f"{RESULTS}/images/model_{{model}}.npz",
     params:
         spec=lambda wc: MODELS[wc.model],
-        n_samples=config["models"]["n_samples"],
+        n_samples=config["n_samples"],
         seed=config["seed"],
     log:
         f"{LOGS}/generate/{{model}}.log",
