@@ -11,11 +11,17 @@ import tempfile
 from pathlib import Path
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside `path`; rename it onto `path` only on success.
 
-    A failure leaves neither a partial file nor the temporary one behind.
+    A failure leaves neither a partial file nor the temporary one behind, so an
+    interrupted job never leaves an output that looks finished. The temporary name
+    keeps the suffix (np.savez appends ".npz" to names without it).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -23,16 +29,27 @@ def atomic_path(path: str | os.PathLike):
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb", **kwargs):
+    """An open file whose contents replace `path` (flushed to disk) only on success."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     """Write `obj` as sorted, indented JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    with atomic_open(path, "w") as handle:
+        handle.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: str | os.PathLike):

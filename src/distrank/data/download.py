@@ -18,12 +18,13 @@ import http.client
 import json
 import logging
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+
+from distrank._io import atomic_open
 
 try:  # POSIX only; without it concurrent lock-file updates are not serialised.
     import fcntl
@@ -289,7 +290,8 @@ def _record_in_lockfile(lockfile, url: str, path: Path) -> None:
             return
         entries[url] = entry
         text = json.dumps(entries, indent=2, sort_keys=True) + "\n"
-        _atomic_write_text(lockfile, text)
+        with atomic_open(lockfile, "w", encoding="utf-8") as handle:
+            handle.write(text)
     log.info("recorded sha256 %s of %s in %s", entry["sha256"], url, lockfile)
 
 
@@ -309,14 +311,3 @@ def _exclusive(lockfile: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

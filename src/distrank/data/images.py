@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from distrank._io import atomic_open
 
 __all__ = ["check_images", "load_image_meta", "load_images", "save_images"]
 
@@ -48,15 +49,8 @@ def save_images(
             arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
         except TypeError as err:
             raise TypeError(f"metadata for {path} must be JSON-serialisable: {err}") from err
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            (np.savez_compressed if compress else np.savez)(handle, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as handle:
+        (np.savez_compressed if compress else np.savez)(handle, **arrays)
     return path
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from distrank._io import atomic_open
 
 __all__ = ["cached_features", "extract_to_file", "load_features", "meta_path", "requested_metadata"]
 
@@ -97,20 +98,6 @@ def requested_metadata(images_npz: str | os.PathLike, extractor, extra_meta: dic
     return _json_normal(meta)
 
 
-def _atomic_save(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def extract_to_file(
     images_npz: str | os.PathLike,
     out_npz: str | os.PathLike,
@@ -147,9 +134,11 @@ def _extract(images_npz: Path, out_npz: Path, extractor, meta: dict, batch_size:
 
     sidecar = meta_path(out_npz)
     sidecar.unlink(missing_ok=True)  # never leave an old sidecar beside new features
-    _atomic_save(out_npz, lambda handle: np.savez(handle, **arrays))
+    with atomic_open(out_npz) as handle:
+        np.savez(handle, **arrays)
     text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
-    _atomic_save(sidecar, lambda handle: handle.write(text.encode("utf-8")))
+    with atomic_open(sidecar, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def load_features(out_npz: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None, dict]:

@@ -9,8 +9,9 @@ bytes, so two runs of the pipeline can be compared with ``cmp``.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from distrank._io import atomic_open
 
 __all__ = ["atomic_write_bytes", "output_path"]
 
@@ -26,16 +27,6 @@ def output_path(stem: str | os.PathLike[str], suffix: str) -> Path:
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically, creating parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        # mkstemp creates the file owner-only; outputs are ordinary readable files.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_open(path) as handle:
+        handle.write(data)
+    return Path(path)
