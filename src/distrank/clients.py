@@ -1,0 +1,245 @@
+"""Partition a reference set among clients.
+
+A partition maps every reference row to a client id: an int in ``0..K-1``, or
+``UNASSIGNED`` (-1) for a row that no client holds (e.g. a class outside the
+``groups`` of a ``by_class`` scheme). Schemes are plain dicts, as written in
+``config.yaml``:
+
+============  ===========================================  =======================
+kind          keys                                         who holds what
+============  ===========================================  =======================
+by_class      groups: [[0, 1], [2, 3], ...]                client i: classes groups[i]
+dirichlet     n_clients, alpha, min_rows (default 10)      label skew, Dirichlet(alpha)
+one_class     classes (optional, default all labels)       client i: one class
+kmeans        n_clients (needs ``features``)               k-means clusters of features
+============  ===========================================  =======================
+
+Every scheme is a pure function of (labels, features, scheme, seed). A manifest
+stores a partition as CSV (``row,client``) with a JSON sidecar for its metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "UNASSIGNED",
+    "SCHEMES",
+    "partition",
+    "client_sizes",
+    "save_manifest",
+    "load_manifest",
+]
+
+#: Client id of a row that belongs to no client.
+UNASSIGNED = -1
+
+#: Resampling attempts before the Dirichlet scheme gives up on ``min_rows``.
+_DIRICHLET_TRIES = 1000
+#: k-means restarts; fixed so a partition depends only on (features, K, seed).
+_KMEANS_N_INIT = 10
+
+
+def _by_class(labels, features, seed, *, groups):
+    return _assign_groups(labels, groups, "groups")
+
+
+def _one_class(labels, features, seed, *, classes=None):
+    if classes is None:
+        classes = np.unique(labels).tolist()
+    elif not isinstance(classes, (list, tuple)) or not classes:
+        raise ValueError(f"scheme key 'classes' must be a non-empty list, got {classes!r}")
+    return _assign_groups(labels, [[c] for c in classes], "classes")
+
+
+def _assign_groups(labels, groups, key):
+    """Client i holds the rows whose class is in groups[i]; ``key`` names the scheme key."""
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise ValueError(f"scheme key {key!r} must be a non-empty list, got {groups!r}")
+    owner = {}
+    for client, group in enumerate(groups):
+        if not isinstance(group, (list, tuple)) or not group:
+            raise ValueError(f"scheme key {key!r}: group {client} must be a non-empty "
+                             f"list of classes, got {group!r}")
+        for c in group:
+            if c in owner:
+                raise ValueError(f"scheme key {key!r}: class {c} is given twice "
+                                 f"(clients {owner[c]} and {client})")
+            owner[c] = client
+    clients = np.full(len(labels), UNASSIGNED, dtype=np.int64)
+    for c, client in owner.items():
+        clients[labels == c] = client
+    empty = sorted(set(range(len(groups))) - set(client_sizes(clients)))
+    if empty:
+        raise ValueError(f"scheme key {key!r}: clients {empty} have no rows "
+                         "(classes absent from 'labels')")
+    return clients
+
+
+def _dirichlet(labels, features, seed, *, n_clients, alpha, min_rows=10):
+    """Label skew: each class's rows are split among clients by Dirichlet(alpha) shares.
+
+    Small ``alpha`` gives each client few classes; large ``alpha`` tends to iid.
+    A draw that leaves some client with fewer than ``min_rows`` rows is redrawn.
+    """
+    _check_positive_int(n_clients, "n_clients")
+    if not alpha > 0:
+        raise ValueError(f"scheme key 'alpha' must be > 0, got {alpha!r}")
+    if not (isinstance(min_rows, (int, np.integer)) and min_rows >= 0):
+        raise ValueError(f"scheme key 'min_rows' must be an int >= 0, got {min_rows!r}")
+    if n_clients * min_rows > len(labels):
+        raise ValueError(
+            f"scheme keys 'n_clients'/'min_rows': {n_clients} clients x {min_rows} rows "
+            f"exceeds the {len(labels)} rows available"
+        )
+    rng = np.random.default_rng(seed)
+    rows_by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    for _ in range(_DIRICHLET_TRIES):
+        clients = np.empty(len(labels), dtype=np.int64)
+        for rows in rows_by_class:
+            rows = rng.permutation(rows)
+            shares = rng.dirichlet(np.full(n_clients, float(alpha)))
+            cuts = np.round(np.cumsum(shares)[:-1] * len(rows)).astype(np.int64)
+            for client, part in enumerate(np.split(rows, cuts)):
+                clients[part] = client
+        if np.bincount(clients, minlength=n_clients).min() >= min_rows:
+            return clients
+    raise ValueError(
+        f"scheme 'dirichlet': no draw in {_DIRICHLET_TRIES} gave every one of "
+        f"{n_clients} clients >= min_rows={min_rows} rows at alpha={alpha}; "
+        "raise 'alpha', or lower 'n_clients' or 'min_rows'"
+    )
+
+
+def _kmeans(labels, features, seed, *, n_clients):
+    from sklearn.cluster import KMeans
+
+    _check_positive_int(n_clients, "n_clients")
+    if features is None:
+        raise ValueError("scheme 'kmeans' needs the argument 'features'")
+    km = KMeans(n_clusters=n_clients, n_init=_KMEANS_N_INIT, random_state=seed)
+    return km.fit_predict(features).astype(np.int64)
+
+
+#: kind -> (function, required keys, optional keys)
+SCHEMES = {
+    "by_class": (_by_class, {"groups"}, set()),
+    "dirichlet": (_dirichlet, {"n_clients", "alpha"}, {"min_rows"}),
+    "one_class": (_one_class, set(), {"classes"}),
+    "kmeans": (_kmeans, {"n_clients"}, set()),
+}
+
+
+def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarray:
+    """Assign each reference row to a client.
+
+    Parameters
+    ----------
+    labels : array of int, shape (N,)
+        Class label of each reference row.
+    scheme : mapping
+        ``{"kind": ..., **keys}``; see the module docstring for kinds and keys.
+    seed : int
+        Seed of every random choice; the same inputs and seed give the same partition.
+    features : array, shape (N, d), optional
+        Feature vectors; required by ``kind="kmeans"`` only.
+
+    Returns
+    -------
+    np.ndarray of int64, shape (N,)
+        Client id per row, ``0..K-1``, or ``UNASSIGNED`` (-1).
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"argument 'labels' must be a 1-d int array, got {labels.dtype} {labels.shape}"
+        )
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"argument 'seed' must be an int >= 0, got {seed!r}")
+    if features is not None:
+        features = np.asarray(features)
+        if features.ndim != 2 or len(features) != len(labels):
+            raise ValueError(
+                f"argument 'features' must have shape ({len(labels)}, d), got {features.shape}"
+            )
+    if "kind" not in scheme:
+        raise ValueError("scheme key 'kind' is missing")
+    kind = scheme["kind"]
+    if kind not in SCHEMES:
+        raise ValueError(f"scheme key 'kind': unknown {kind!r}; expected one of {sorted(SCHEMES)}")
+    fn, required, optional = SCHEMES[kind]
+    keys = set(scheme) - {"kind"}
+    for key in sorted(keys - required - optional):
+        raise ValueError(f"scheme key {key!r} is not valid for kind {kind!r}")
+    for key in sorted(required - keys):
+        raise ValueError(f"scheme key {key!r} is required for kind {kind!r}")
+    params = {k: scheme[k] for k in keys}
+    return fn(labels, features, int(seed), **params)
+
+
+def client_sizes(clients) -> dict[int, int]:
+    """Rows per client, ``{client: n_i}`` in client order; unassigned rows are left out."""
+    ids, counts = np.unique(np.asarray(clients), return_counts=True)
+    return {int(i): int(n) for i, n in zip(ids, counts) if i != UNASSIGNED}
+
+
+def save_manifest(path, clients, **meta) -> None:
+    """Write a partition as CSV ``row,client`` and its metadata to ``<path>.meta.json``.
+
+    ``meta`` (JSON-serialisable: scheme, seed, source, ...) is stored together with
+    ``n`` (rows) and ``sizes`` (rows per client). Both files are written atomically.
+    """
+    clients = np.asarray(clients)
+    if clients.ndim != 1 or not np.issubdtype(clients.dtype, np.integer):
+        raise ValueError(f"argument 'clients' must be a 1-d int array, got {clients.dtype}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = np.column_stack([np.arange(len(clients)), clients])
+    _atomic_write(path, lambda f: np.savetxt(f, rows, fmt="%d", delimiter=",",
+                                             header="row,client", comments=""))
+    sidecar = {**meta, "n": len(clients), "sizes": {str(k): v for k, v in
+                                                     client_sizes(clients).items()}}
+    _atomic_write(_meta_path(path),
+                  lambda f: f.write(json.dumps(sidecar, indent=2, sort_keys=True).encode()))
+
+
+def load_manifest(path) -> np.ndarray:
+    """Read a manifest written by :func:`save_manifest`; returns client id per row.
+
+    The metadata is in ``<path>.meta.json`` (plain JSON).
+    """
+    path = Path(path)
+    with open(path) as f:
+        header = f.readline().strip()
+        if header != "row,client":
+            raise ValueError(f"{path}: header must be 'row,client', got {header!r}")
+        rows = np.loadtxt(f, dtype=np.int64, delimiter=",", ndmin=2)
+    if rows.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if rows.shape[1] != 2 or not np.array_equal(rows[:, 0], np.arange(len(rows))):
+        raise ValueError(f"{path}: rows must be 0..N-1 in order, one 'row,client' pair per line")
+    return rows[:, 1].copy()
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".meta.json")
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_positive_int(value, key):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"scheme key {key!r} must be an int >= 1, got {value!r}")
