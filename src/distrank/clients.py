@@ -20,12 +20,12 @@ stores a partition as CSV (``row,client``) with a JSON sidecar for its metadata.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+from distrank._io import atomic_open, write_json
 
 __all__ = [
     "UNASSIGNED",
@@ -198,14 +198,11 @@ def save_manifest(path, clients, **meta) -> None:
     if clients.ndim != 1 or not np.issubdtype(clients.dtype, np.integer):
         raise ValueError(f"argument 'clients' must be a 1-d int array, got {clients.dtype}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rows = np.column_stack([np.arange(len(clients)), clients])
-    _atomic_write(path, lambda f: np.savetxt(f, rows, fmt="%d", delimiter=",",
-                                             header="row,client", comments=""))
-    sidecar = {**meta, "n": len(clients), "sizes": {str(k): v for k, v in
-                                                     client_sizes(clients).items()}}
-    _atomic_write(_meta_path(path),
-                  lambda f: f.write(json.dumps(sidecar, indent=2, sort_keys=True).encode()))
+    with atomic_open(path) as f:
+        np.savetxt(f, rows, fmt="%d", delimiter=",", header="row,client", comments="")
+    sizes = {str(k): v for k, v in client_sizes(clients).items()}
+    write_json(_meta_path(path), {**meta, "n": len(clients), "sizes": sizes})
 
 
 def load_manifest(path) -> np.ndarray:
@@ -228,16 +225,6 @@ def load_manifest(path) -> np.ndarray:
 
 def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _check_positive_int(value, key):

@@ -1,26 +1,9 @@
 """Zoo persistence, dispatch and the torch session (distrank.zoo)."""
 
-import numpy as np
 import pytest
 import torch
 
 from distrank import zoo
-
-
-def test_samples_round_trip_as_nhwc(tmp_path):
-    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
-    zoo.save_samples(tmp_path / "s.npz", images, [4, 1])
-    with np.load(tmp_path / "s.npz", allow_pickle=False) as f:
-        assert sorted(f.files) == ["images", "labels"]
-        assert f["images"].shape == (2, 28, 28, 1) and f["images"].dtype == np.uint8
-        assert f["labels"].dtype == np.int64
-    loaded, labels = zoo.load_samples(tmp_path / "s.npz")
-    assert np.array_equal(loaded[..., 0], images) and labels.tolist() == [4, 1]
-    zoo.save_samples(tmp_path / "u.npz", images[..., None])
-    assert zoo.load_samples(tmp_path / "u.npz")[1] is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz", "u.npz"]
-    with pytest.raises(ValueError, match="'images'"):
-        zoo.save_samples(tmp_path / "x.npz", images.astype(np.float32))
 
 
 @pytest.mark.parametrize("family, knob", [("cgan", {"truncation": 0.7}),

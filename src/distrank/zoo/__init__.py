@@ -7,19 +7,19 @@
 Models are trained on uint8 images (N, H, W) with int labels, on CPU, seeded. A trained
 model is a *state*: a dict of plain Python values and tensors (``family``, ``config``,
 ``generator`` weights, ``history``) that :func:`save_state` writes with ``torch.save`` and
-:func:`load_state` reads with ``weights_only=True`` (no pickle of code). Samples are saved
-as npz: ``images`` uint8 (N, H, W, 1) and ``labels`` int64 (N,).
+:func:`load_state` reads with ``weights_only=True`` (no pickle of code). Samples are
+saved with :func:`distrank.data.images.save_images`.
 
-torch is imported lazily, so degradations and sample I/O work without it.
+torch is imported lazily, so degradations work without it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-from pathlib import Path
 
 import numpy as np
+
+from distrank._io import atomic_open
 
 __all__ = [
     "FAMILIES",
@@ -27,8 +27,6 @@ __all__ = [
     "sample",
     "save_state",
     "load_state",
-    "save_samples",
-    "load_samples",
     "torch_session",
 ]
 
@@ -60,7 +58,8 @@ def save_state(path, state: dict) -> None:
     """Write a model state with ``torch.save`` (atomically)."""
     import torch
 
-    _atomic(Path(path), lambda tmp: torch.save(state, tmp))
+    with atomic_open(path) as handle:
+        torch.save(state, handle)
 
 
 def load_state(path) -> dict:
@@ -68,32 +67,6 @@ def load_state(path) -> dict:
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def save_samples(path, images, labels=None) -> None:
-    """Write an image set: npz with ``images`` uint8 (N, H, W, C) and ``labels`` int64.
-
-    (N, H, W) images get a channel axis (C=1).
-    """
-    images = np.asarray(images)
-    if images.dtype != np.uint8 or images.ndim not in (3, 4):
-        raise ValueError(
-            f"argument 'images' must be uint8 (N,H,W) or (N,H,W,C), got {images.dtype} "
-            f"{images.shape}"
-        )
-    arrays = {"images": images[..., None] if images.ndim == 3 else images}
-    if labels is not None:
-        labels = np.asarray(labels, dtype=np.int64)
-        if labels.shape != (len(images),):
-            raise ValueError(f"argument 'labels' must have shape ({len(images)},)")
-        arrays["labels"] = labels
-    _atomic(Path(path), lambda tmp: np.savez(tmp, **arrays))
-
-
-def load_samples(path):
-    """Read an image set; returns (images uint8 (N, H, W, C), labels int64 or None)."""
-    with np.load(path, allow_pickle=False) as f:
-        return f["images"], (f["labels"] if "labels" in f.files else None)
 
 
 @contextlib.contextmanager
@@ -144,14 +117,3 @@ def check_labels(labels, n, n_classes=None) -> np.ndarray:
     if n_classes is not None and n and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"argument 'labels' must lie in 0..{n_classes - 1}")
     return labels.astype(np.int64)
-
-
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # np.savez appends ".npz" to names without it, so the temporary name keeps the suffix.
-    tmp = path.with_name(f".tmp{os.getpid()}.{path.name}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
