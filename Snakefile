@@ -15,6 +15,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/download.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/zoo.smk"
 include: "workflow/rules/features.smk"

@@ -156,3 +156,12 @@ def test_load_manifest_rejects_bad_files(tmp_path):
     path.write_text("row,client\n0,0\n2,1\n")
     with pytest.raises(ValueError, match="in order"):
         load_manifest(path)
+
+
+def test_unlabelled_data_partition_by_kmeans_only():
+    features = np.random.default_rng(0).normal(size=(60, 3))
+    owner = partition(None, scheme={"kind": "kmeans", "n_clients": 3}, seed=0, features=features)
+    expected = KMeans(n_clusters=3, n_init=10, random_state=0).fit_predict(features)
+    np.testing.assert_array_equal(owner, expected)
+    with pytest.raises(ValueError, match="'labels' is None"):
+        partition(None, scheme={"kind": "one_class"}, seed=0, features=features)

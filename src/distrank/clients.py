@@ -140,8 +140,8 @@ def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarra
 
     Parameters
     ----------
-    labels : array of int, shape (N,)
-        Class label of each reference row.
+    labels : array of int, shape (N,), or None
+        Class label of each reference row; None for unlabelled data (kmeans only).
     scheme : mapping
         ``{"kind": ..., **keys}``; see the module docstring for kinds and keys.
     seed : int
@@ -154,6 +154,11 @@ def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarra
     np.ndarray of int64, shape (N,)
         Client id per row, ``0..K-1``, or ``UNASSIGNED`` (-1).
     """
+    if labels is None:
+        if scheme.get("kind") != "kmeans" or features is None:
+            raise ValueError("argument 'labels' is None: only scheme 'kmeans' (with "
+                             "'features') partitions unlabelled data")
+        labels = np.zeros(len(features), dtype=np.int64)
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(

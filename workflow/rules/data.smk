@@ -1,11 +1,14 @@
-# Real images: the reference pool (train split) and held-out real images (test split).
+# Real images: the reference pool the clients split, and held-out real images.
 
 
 rule real_images:
+    input:
+        lambda wc: source_paths(config[wc.subset]["source"]).values(),
     output:
         f"{RESULTS}/images/{{subset}}.npz",
     params:
         spec=lambda wc: config[wc.subset],
+        paths=lambda wc: source_paths(config[wc.subset]["source"]),
         seed=config["seed"],
     log:
         f"{LOGS}/real_images/{{subset}}.log",

@@ -8,6 +8,7 @@ rule extract_features:
         f"{RESULTS}/features/{{name}}.npz",
     params:
         features=config["features"],
+        device=device("extract_features"),
     log:
         f"{LOGS}/extract_features/{{name}}.log",
     benchmark:

@@ -1,5 +1,6 @@
-# The model zoo: generators trained on the reference pool, and controlled
-# degradations of held-out real images whose true order is known.
+# The models' images: generators trained on the reference pool, controlled
+# degradations of held-out real images whose true order is known, published
+# checkpoints (StyleGAN2-ADA, EDM) and published or your own samples.
 
 
 rule train_generator:
@@ -36,6 +37,10 @@ rule generate:
         spec=lambda wc: MODELS[wc.model],
         n_samples=config["n_samples"],
         seed=config["seed"],
+        paths=model_source_paths,
+        batch_size=config["generation"]["batch_size"],
+        device=device("generate"),
+        trust_pickles=config["trust_pickles"],
     log:
         f"{LOGS}/generate/{{model}}.log",
     benchmark:
@@ -43,6 +48,7 @@ rule generate:
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
+        gpu=lambda wc: res("generate", "gpus") if wc.model in CHECKPOINT_MODELS else 0,
     conda:
         "../../envs/torch.yaml"
     script:
