@@ -250,3 +250,27 @@ def test_toy_workflow_through_slurm_equals_local_run(slurm_cluster, tmp_path):
         assert (slurm_dir / f".snakemake/slurm_logs/rule_square/{i}/{job_id}.log").is_file()
     assert (local_dir / "results/total.txt").read_text() == "5\n"
     assert not differing_files(local_dir / "results", slurm_dir / "results")
+
+
+def test_tiny_study_through_slurm_equals_local_run(slurm_cluster, tiny_study, tmp_path):
+    """The real pipeline, unchanged, through profiles/slurm: same tables, bytes and all.
+
+    The local run is a second, independent clean run, so this also shows determinism.
+    """
+    on_slurm = run_snakemake(
+        tmp_path,
+        "slurm",
+        ["--configfile", str(REPO / "tests/e2e/tiny.yaml"), *FAST_STATUS_CHECKS],
+        snakefile=REPO / "Snakefile",
+        env={**slurm_cluster.env, "HF_HUB_OFFLINE": "1"},
+        timeout_s=1200,
+    )
+    assert on_slurm.returncode == 0, _describe(on_slurm)
+    job_ids = slurm_job_ids(on_slurm.stdout)
+    assert job_ids, _describe(on_slurm)
+    assert_completed_in_slurm(slurm_cluster, job_ids, slurm_run_id(on_slurm.stdout))
+    outputs = [*(tiny_study / "results/tiny").glob("E*"), *(tiny_study / "figures/tiny").glob("E*")]
+    assert len(outputs) >= 20
+    for local in outputs:
+        twin = tmp_path / local.relative_to(tiny_study)
+        assert local.read_bytes() == twin.read_bytes(), local.relative_to(tiny_study)

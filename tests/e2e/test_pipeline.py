@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 pytestmark = pytest.mark.slow
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--configfile", str(REPO / "tests/e2e/tiny.yaml"),
-           "--cores", "2", *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-
-
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("tiny")
-    run = snakemake(workdir)
-    assert run.returncode == 0, run.stderr[-5000:]
-    return workdir
+def study(tiny_study) -> Path:
+    return tiny_study
 
 
 def table(workdir: Path, stem: str) -> pd.DataFrame:
@@ -46,10 +30,10 @@ def test_every_output_exists(study):
             assert (study / f"figures/tiny/{exp}_{name}.{ext}").stat().st_size > 0
 
 
-def test_second_run_has_nothing_to_do(study):
-    run = snakemake(study, "--dry-run")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "Nothing to be done" in run.stdout + run.stderr
+def test_second_run_has_nothing_to_do(study, run_tiny):
+    run = run_tiny(study, "--dry-run")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "Nothing to be done" in run.stdout
 
 
 def test_kd_gap_is_the_same_for_every_model(study):
