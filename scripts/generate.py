@@ -19,7 +19,8 @@ CHUNK = 1000
 
 def source_images(source, n):
     """The first n images of a source (streamed from ADM batches)."""
-    images, labels = load_source({**source, "max_images": n}, paths=sm.params.paths)
+    images, labels = load_source({**source, "max_images": n}, paths=sm.params.paths,
+                                 workers=sm.threads)
     if len(images) < n:
         raise ValueError(f"models.{sm.wildcards.model}: its source has {len(images)} images, "
                          f"fewer than n_samples={n}")

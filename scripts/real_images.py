@@ -11,7 +11,7 @@ from distrank.data.subsets import per_class_subset
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
     spec, subset = sm.params.spec, sm.wildcards.subset
-    image_set = load_source(spec["source"], paths=sm.params.paths)
+    image_set = load_source(spec["source"], paths=sm.params.paths, workers=sm.threads)
     images, labels = image_set
     if "per_class" in spec:
         if labels is None:

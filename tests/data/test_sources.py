@@ -179,6 +179,8 @@ def test_ffhq_folder_by_path(http_server, tmp_path):
         fetch(http_server.put(f"ffhq/{name}", blob), folder / name, md5=md5(blob), **FAST)
     got = load_source({"kind": "folder", "path": str(folder)})
     np.testing.assert_array_equal(got.images, faces)  # lossless, in file-name order
+    in_workers = load_source({"kind": "folder", "path": str(folder)}, workers=2)
+    np.testing.assert_array_equal(in_workers.images, faces)
     assert got.labels is None and got.label_names is None
     small = load_source({"kind": "folder", "path": str(folder), "max_images": 2,
                          "resolution": 6})

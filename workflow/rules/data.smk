@@ -16,6 +16,7 @@ rule real_images:
         f"{BENCH}/real_images/{{subset}}.tsv"
     wildcard_constraints:
         subset="reference|heldout",
+    threads: res("real_images", "threads")  # processes decoding image files
     resources:
         mem_mb=res("real_images", "mem_mb"),
         runtime=res("real_images", "runtime"),

@@ -45,6 +45,7 @@ rule generate:
         f"{LOGS}/generate/{{model}}.log",
     benchmark:
         f"{BENCH}/generate/{{model}}.tsv"
+    threads: res("generate", "threads")
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),

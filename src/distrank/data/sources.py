@@ -51,7 +51,9 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -104,12 +106,13 @@ class ImageSet:
         return len(self.images)
 
 
-def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | None = None
-                ) -> ImageSet:
+def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | None = None,
+                workers: int = 1) -> ImageSet:
     """Decode the image set that a config ``source`` entry names (see the module doc).
 
     paths : artifact name -> local path (the downloaded file, or the directory an
         archive was extracted to); needed for sources given by ``artifact``.
+    workers : processes that decode the files of a folder source.
     """
     kind = source.get("kind")
     if kind not in KINDS:
@@ -130,7 +133,7 @@ def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | Non
         images, labels = read_cifar10_python(path, _required(source, "split"))
         image_set = ImageSet(images, labels, tuple(cifar10_label_names(path)))
     else:
-        image_set = _load_folder(_location(source, paths), source, limits)
+        image_set = _load_folder(_location(source, paths), source, limits, workers)
     return limits.apply(image_set)
 
 
@@ -287,7 +290,7 @@ def _encode_labels(labels: np.ndarray | None) -> tuple[np.ndarray | None, tuple[
 # ---------------------------------------------------------------------------
 # Image folders
 
-def _load_folder(location: Path, source: Mapping, limits: _Limits) -> ImageSet:
+def _load_folder(location: Path, source: Mapping, limits: _Limits, workers: int) -> ImageSet:
     root = location / source["subdir"] if source.get("subdir") else location
     if not root.is_dir():
         raise NotADirectoryError(f"folder source: {root} does not exist or is not a directory")
@@ -307,22 +310,35 @@ def _load_folder(location: Path, source: Mapping, limits: _Limits) -> ImageSet:
     files = [files[i] for i in rows]
     if labels is not None:
         labels = labels[rows]
-    return ImageSet(_decode(files, limits.resolution), labels, label_names)
+    return ImageSet(_decode(files, limits.resolution, workers), labels, label_names)
 
 
-def _decode(files: list[Path], resolution: tuple[int, int] | None) -> np.ndarray:
-    """Decode ``files`` to RGB uint8 (N, H, W, 3), resizing each as it is read."""
+def _decode(files: list[Path], resolution: tuple[int, int] | None, workers: int = 1) -> np.ndarray:
+    """Decode ``files`` to RGB uint8 (N, H, W, 3), resizing each as it is read, in
+    ``workers`` processes (decoding JPEG/PNG is the slow part of reading a folder)."""
+    decode = partial(_decode_one, resolution=resolution)
+    if workers > 1 and len(files) > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            pixels = pool.map(decode, files, chunksize=max(1, min(256, len(files) // workers)))
+            return _stack(files, pixels)
+    return _stack(files, map(decode, files))
+
+
+def _decode_one(file: Path, resolution: tuple[int, int] | None) -> np.ndarray:
     from PIL import Image
 
+    try:
+        with Image.open(file) as img:
+            pixels = np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except OSError as err:
+        raise ValueError(f"cannot decode image {file}: {err}") from err
+    return pixels if resolution is None else _resize(pixels, resolution)
+
+
+def _stack(files: list[Path], decoded) -> np.ndarray:
+    """One array from decoded images, filled as they arrive so memory stays one set."""
     images = None
-    for i, file in enumerate(files):
-        try:
-            with Image.open(file) as img:
-                pixels = np.asarray(img.convert("RGB"), dtype=np.uint8)
-        except OSError as err:
-            raise ValueError(f"cannot decode image {file}: {err}") from err
-        if resolution is not None:
-            pixels = _resize(pixels, resolution)
+    for i, (file, pixels) in enumerate(zip(files, decoded)):
         if images is None:
             images = np.empty((len(files), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:

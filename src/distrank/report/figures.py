@@ -115,12 +115,22 @@ def metric_name(metric: str, extractor: str) -> str:
     return name
 
 
+#: How the extractors of distrank.features are named on axes.
+EXTRACTOR_NAMES = {
+    "efficientnet_lite0": "EfficientNet-Lite0",
+    "inception": "Inception-v3",
+    "dinov2_vits14": "DINOv2 ViT-S/14",
+    "dinov2_vitb14": "DINOv2 ViT-B/14",
+    "dinov2_vitl14": "DINOv2 ViT-L/14",
+}
+
+
 def metric_label(metric: str, extractor: str, aggregation: str | None = None) -> str:
     r"""Axis label such as ``KD$_\mathrm{avg}$ on EfficientNet-Lite0 features``."""
     name = metric_name(metric, extractor)
     if aggregation:
         name = rf"{name}$_\mathrm{{{aggregation}}}$"
-    return f"{name} on {extractor} features"
+    return f"{name} on {EXTRACTOR_NAMES.get(extractor, extractor)} features"
 
 
 def save(fig: Figure, stem: str | os.PathLike[str], *, dpi: int = 200, close: bool = True) -> dict[str, Path]:
