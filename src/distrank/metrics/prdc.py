@@ -39,6 +39,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from distrank._backend import client_groups
+
 METRICS = ("precision", "recall", "density", "coverage")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
@@ -180,19 +182,9 @@ def _checked_matrix(x, name: str) -> torch.Tensor:
 def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], np.ndarray]:
     """Client names (str of each label, sorted), their row slices, and the row order
     that groups the reference by client (stable within a client)."""
-    if isinstance(clients, torch.Tensor):
-        clients = clients.detach().cpu().numpy()
-    labels = np.asarray(clients)
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"clients: expected {n} labels (one per reference row), "
-                         f"got shape {labels.shape}")
-    unique, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    names = [str(u) for u in unique.tolist()]
-    if len(set(names)) != len(names):
-        raise ValueError(f"clients: labels are not distinct as strings: {names}")
-    stops = np.cumsum(counts).tolist()
-    groups = list(zip([0] + stops[:-1], stops))
-    return names, groups, np.argsort(inverse, kind="stable")
+    groups = client_groups(clients, n)
+    stops = np.cumsum(groups.sizes).tolist()
+    return groups.names, list(zip([0] + stops[:-1], stops)), np.argsort(groups.index, kind="stable")
 
 
 def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:

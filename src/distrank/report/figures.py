@@ -63,7 +63,8 @@ PAPER_RC: dict[str, object] = {
     "path.simplify": False,
 }
 
-_METRIC_NAMES = {
+#: Display name of each metric; also the prefix of its columns in result tables.
+METRIC_NAMES = {
     "kd": "KD",
     "fd": "FD",
     "precision": "Precision",
@@ -109,7 +110,7 @@ def _is_inception(extractor: str) -> bool:
 def metric_name(metric: str, extractor: str) -> str:
     """Display name: FD/KD become FID/KID only on Inception features."""
     key = metric.lower()
-    name = _METRIC_NAMES.get(key, metric)
+    name = METRIC_NAMES.get(key, metric)
     if key in ("fd", "kd") and _is_inception(extractor):
         name = {"fd": "FID", "kd": "KID"}[key]
     return name

@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from distrank.report.figures import METRIC_NAMES
+
 __all__ = [
     "SCORE_COLUMNS",
     "HIGHER_IS_BETTER",
@@ -41,14 +43,7 @@ HIGHER_IS_BETTER = {
 }
 
 #: Prefix of a metric's columns in result tables (``KD_all``, ``Recall_avg``, ...).
-METRIC_COLUMN_NAMES = {
-    "kd": "KD",
-    "fd": "FD",
-    "precision": "Precision",
-    "recall": "Recall",
-    "density": "Density",
-    "coverage": "Coverage",
-}
+METRIC_COLUMN_NAMES = METRIC_NAMES
 
 
 def check_scores(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:
