@@ -12,7 +12,6 @@ with logged(sm.log[0]):
     s = sm.params.settings
     t = np.round(np.linspace(s["t_min"], s["t_max"], s["n_points"]), 10)
     curves = e3_curves(ring_clients(s["n_clients"], s["dim"]), t, bandwidth=s["bandwidth"])
-    stem = sm.output.tables[0].removesuffix(".csv")
-    write_table(e3_table(curves), stem)
-    write_table(curves, f"{stem}_curves")
+    write_table(e3_table(curves), sm.output.tables[0].removesuffix(".csv"))
+    write_table(curves, sm.output.curves[0].removesuffix(".csv"))
     save(e3_figure(curves), sm.output.pdf.removesuffix(".pdf"))

@@ -9,7 +9,6 @@ from distrank.study.e6 import e6_figure, e6_table
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
     per_model, agreement = e6_table(collect(sm.input.avg, sm.input.all))
-    stem = sm.output.tables[0].removesuffix(".csv")
-    write_table(per_model, stem)
-    write_table(agreement, f"{stem}_agreement")
+    write_table(per_model, sm.output.tables[0].removesuffix(".csv"))
+    write_table(agreement, sm.output.agreement[0].removesuffix(".csv"))
     save(e6_figure(per_model, sm.params.extractor), sm.output.pdf.removesuffix(".pdf"))

@@ -13,6 +13,7 @@ rule E1:
         **experiment_scores("E1"),
     output:
         tables=multiext(f"{RESULTS}/E1_kd_consistency", ".csv", ".md", ".tex"),
+        agreement=multiext(f"{RESULTS}/E1_kd_consistency_agreement", ".csv", ".md", ".tex"),
         pdf=f"{FIGURES}/E1_kd_consistency.pdf",
         png=report(f"{FIGURES}/E1_kd_consistency.png", caption="../report/E1.rst", category="Experiments"),
     params:
@@ -66,6 +67,7 @@ rule E2:
 rule E3:
     output:
         tables=multiext(f"{RESULTS}/E3_gaussian_theory", ".csv", ".md", ".tex"),
+        curves=multiext(f"{RESULTS}/E3_gaussian_theory_curves", ".csv", ".md", ".tex"),
         pdf=f"{FIGURES}/E3_gaussian_theory.pdf",
         png=report(f"{FIGURES}/E3_gaussian_theory.png", caption="../report/E3.rst", category="Experiments"),
     params:
@@ -83,6 +85,7 @@ rule E6:
         **experiment_scores("E6"),
     output:
         tables=multiext(f"{RESULTS}/E6_prdc", ".csv", ".md", ".tex"),
+        agreement=multiext(f"{RESULTS}/E6_prdc_agreement", ".csv", ".md", ".tex"),
         pdf=f"{FIGURES}/E6_prdc.pdf",
         png=report(f"{FIGURES}/E6_prdc.png", caption="../report/E6.rst", category="Experiments"),
     params:
