@@ -90,3 +90,16 @@ def client_groups(clients, n: int) -> ClientGroups:
     if len(set(names)) != len(names):
         raise ValueError(f"clients: labels are not distinct as strings: {names}")
     return ClientGroups(names, index.astype(np.int64), sizes.astype(np.int64))
+
+
+def check_metrics(metrics, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The requested metric names, deduplicated in order; a name or the empty
+    selection that is not a subset of ``known`` is a ValueError."""
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    wanted = tuple(dict.fromkeys(metrics))
+    bad = [m for m in wanted if m not in known]
+    if bad or not wanted:
+        raise ValueError(f"metrics: expected a non-empty subset of {known}, "
+                         f"got {tuple(metrics)!r}")
+    return wanted

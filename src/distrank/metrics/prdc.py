@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._backend import client_groups
+from distrank._backend import check_metrics, client_groups
 
 METRICS = ("precision", "recall", "density", "coverage")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -79,7 +79,7 @@ def prdc(
         ValueError: non-finite features, mismatched dimensions, an empty model, a
             client (or model) with fewer than k + 1 rows, a bad metric name or option.
     """
-    wanted = _check_metrics(metrics)
+    wanted = check_metrics(metrics, METRICS)
     pr_k = _check_k(pr_k, "pr_k")
     dc_k = _check_k(dc_k, "dc_k")
     if dtype not in _DTYPES:
@@ -129,16 +129,6 @@ def prdc(
                       wanted, pr_k, dc_k, block)
         result[name] = _values(hits, labels, groups, wanted, dc_k, fake.shape[0])
     return result
-
-
-def _check_metrics(metrics) -> tuple[str, ...]:
-    if isinstance(metrics, str):
-        metrics = (metrics,)
-    wanted = tuple(dict.fromkeys(metrics))
-    bad = [m for m in wanted if m not in METRICS]
-    if bad or not wanted:
-        raise ValueError(f"metrics: expected a non-empty subset of {METRICS}, got {tuple(metrics)!r}")
-    return wanted
 
 
 def _check_k(k, name: str) -> int:

@@ -20,7 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._backend import as_features, client_groups, resolve_device, work_dtype
+from distrank._backend import (
+    as_features,
+    check_metrics,
+    client_groups,
+    resolve_device,
+    work_dtype,
+)
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
@@ -66,7 +72,7 @@ def score(reference, clients, models: Mapping[str, object], *,
         ValueError: naming the argument and the problem (non-finite features,
             mismatched dimensions, too few rows, unknown metric or option).
     """
-    wanted = _check_metrics(metrics)
+    wanted = check_metrics(metrics, METRICS)
     work_dtype(dtype)
     dev = resolve_device(device)
     x = as_features(reference, "reference")
@@ -132,7 +138,7 @@ def client_scores(client_features, model_features, *, metrics: Sequence[str] = M
     the bandwidth must be the same for all clients (computed once, e.g. with
     ``median_bandwidth`` on pooled or public data), never a client's own median.
     """
-    wanted = _check_metrics(metrics)
+    wanted = check_metrics(metrics, METRICS)
     if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
         raise ValueError(f"kernel_params: kernel {kernel!r} needs an explicit 'bandwidth' for "
                          "client scores (one bandwidth shared by all clients)")
@@ -144,17 +150,6 @@ def client_scores(client_features, model_features, *, metrics: Sequence[str] = M
                   block_size=block_size)
     pooled = table[table.aggregation == "all"]
     return {row.metric: float(row.value) for row in pooled.itertuples()}
-
-
-def _check_metrics(metrics) -> tuple[str, ...]:
-    if isinstance(metrics, str):
-        metrics = (metrics,)
-    wanted = tuple(dict.fromkeys(metrics))
-    bad = [m for m in wanted if m not in METRICS]
-    if bad or not wanted:
-        raise ValueError(f"metrics: expected a non-empty subset of {METRICS}, "
-                         f"got {tuple(metrics)!r}")
-    return wanted
 
 
 def _check_models(models, d: int) -> dict[str, torch.Tensor]:
