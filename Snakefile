@@ -21,10 +21,26 @@ include: "workflow/rules/zoo.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/clients.smk"
 include: "workflow/rules/score.smk"
-include: "workflow/rules/experiments.smk"
+
+
+# The experiments the config lists, one rules file each (distrank.experiments has
+# their logic); see workflow/README.md to add one.
+for _key in config["experiments"]:
+
+    include: f"workflow/rules/experiments/{_key}.smk"
+
+
+# The second study (model agreement via anchoring), when its section enables it.
+if config.get("agreement", {}).get("enabled", False):
+
+    include: "workflow/rules/agreement.smk"
+
+
+check_resources()
 
 
 rule all:
     input:
         all_outputs(),
+        STUDY_TARGETS,
     default_target: True

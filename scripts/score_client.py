@@ -1,9 +1,9 @@
-"""Snakemake entry point, run at a client: one model on this client's features only."""
+"""Snakemake entry point, run at a client: every model on this client's features only."""
 
 from distrank._io import logged
 from distrank.federation import score_client_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    score_client_file(sm.input.client, sm.input.model, sm.output[0], model=sm.wildcards.model,
-                      client=sm.wildcards.client, metrics_config=sm.params.metrics)
+    score_client_file(sm.input.client, dict(zip(sm.params.models, sm.input.models)),
+                      sm.output[0], client=sm.wildcards.client, metrics_config=sm.params.metrics)

@@ -8,5 +8,5 @@ sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
     images, labels = load_images(sm.input[0])
     state = zoo.train(sm.params.family, images[..., 0], labels, seed=sm.params.seed,
-                      steps=sm.params.steps, threads=sm.threads)
+                      threads=sm.threads, **sm.params.settings)
     zoo.save_state(sm.output[0], state)

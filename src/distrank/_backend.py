@@ -7,10 +7,15 @@ with messages that name the argument and the problem.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from distrank._checks import positive_int  # noqa: F401  (re-exported)
+from distrank.clients import client_weights
+from distrank.metrics.registry import check_metrics  # noqa: F401  (re-exported)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -33,12 +38,17 @@ def resolve_device(device=None) -> torch.device:
 
 
 def as_features(x, name: str) -> torch.Tensor:
-    """``x`` as a 2-d, non-empty, real, finite tensor (no copy for numpy input)."""
-    if not isinstance(x, torch.Tensor):
+    """``x`` as a 2-d, non-empty, real, finite tensor (no copy for contiguous numpy
+    input; a tensor is detached)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+    else:
         x = np.asarray(x)
         if x.dtype.kind not in "biuf":
             raise ValueError(f"{name}: expected numeric features, got dtype {x.dtype}")
-        x = torch.from_numpy(x)
+        with warnings.catch_warnings():  # read-only inputs are fine: nothing writes to them
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            x = torch.from_numpy(np.ascontiguousarray(x))
     if x.is_complex() or x.dtype == torch.bool:
         raise ValueError(f"{name}: expected real features, got {x.dtype}")
     if x.ndim != 2:
@@ -63,12 +73,8 @@ class ClientGroups:
     sizes: np.ndarray  # (k,) int64, rows per client
 
     def weights(self, scheme: str) -> np.ndarray:
-        """lambda_i: ``"size"`` gives n_i / n, ``"uniform"`` gives 1 / k."""
-        if scheme == "size":
-            return self.sizes / self.sizes.sum()
-        if scheme == "uniform":
-            return np.full(len(self.sizes), 1.0 / len(self.sizes))
-        raise ValueError(f"weights: expected 'size' or 'uniform', got {scheme!r}")
+        """lambda_i of :func:`distrank.clients.client_weights`."""
+        return client_weights(self.sizes, scheme)
 
     def rows(self, c: int) -> np.ndarray:
         """Indices of the reference rows of client c."""
@@ -90,16 +96,3 @@ def client_groups(clients, n: int) -> ClientGroups:
     if len(set(names)) != len(names):
         raise ValueError(f"clients: labels are not distinct as strings: {names}")
     return ClientGroups(names, index.astype(np.int64), sizes.astype(np.int64))
-
-
-def check_metrics(metrics, known: tuple[str, ...]) -> tuple[str, ...]:
-    """The requested metric names, deduplicated in order; a name or the empty
-    selection that is not a subset of ``known`` is a ValueError."""
-    if isinstance(metrics, str):
-        metrics = (metrics,)
-    wanted = tuple(dict.fromkeys(metrics))
-    bad = [m for m in wanted if m not in known]
-    if bad or not wanted:
-        raise ValueError(f"metrics: expected a non-empty subset of {known}, "
-                         f"got {tuple(metrics)!r}")
-    return wanted

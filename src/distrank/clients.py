@@ -25,12 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
+from distrank._checks import positive_int
 from distrank._io import atomic_open, write_json
 
 __all__ = [
     "UNASSIGNED",
     "SCHEMES",
+    "NEEDS_LABELS",
+    "WEIGHTS",
     "partition",
+    "n_clients",
+    "client_weights",
     "client_sizes",
     "save_manifest",
     "load_manifest",
@@ -87,11 +92,10 @@ def _dirichlet(labels, features, seed, *, n_clients, alpha, min_rows=10):
     Small ``alpha`` gives each client few classes; large ``alpha`` tends to iid.
     A draw that leaves some client with fewer than ``min_rows`` rows is redrawn.
     """
-    _check_positive_int(n_clients, "n_clients")
+    positive_int(n_clients, "scheme key 'n_clients'")
     if not alpha > 0:
         raise ValueError(f"scheme key 'alpha' must be > 0, got {alpha!r}")
-    if not (isinstance(min_rows, (int, np.integer)) and min_rows >= 0):
-        raise ValueError(f"scheme key 'min_rows' must be an int >= 0, got {min_rows!r}")
+    positive_int(min_rows, "scheme key 'min_rows'", minimum=0)
     if n_clients * min_rows > len(labels):
         raise ValueError(
             f"scheme keys 'n_clients'/'min_rows': {n_clients} clients x {min_rows} rows "
@@ -119,7 +123,7 @@ def _dirichlet(labels, features, seed, *, n_clients, alpha, min_rows=10):
 def _kmeans(labels, features, seed, *, n_clients):
     from sklearn.cluster import KMeans
 
-    _check_positive_int(n_clients, "n_clients")
+    positive_int(n_clients, "scheme key 'n_clients'")
     if features is None:
         raise ValueError("scheme 'kmeans' needs the argument 'features'")
     km = KMeans(n_clusters=n_clients, n_init=_KMEANS_N_INIT, random_state=seed)
@@ -133,6 +137,43 @@ SCHEMES = {
     "one_class": (_one_class, set(), {"classes"}),
     "kmeans": (_kmeans, {"n_clients"}, set()),
 }
+#: Schemes that split by class label (all but kmeans, which clusters features).
+NEEDS_LABELS = frozenset({"by_class", "dirichlet", "one_class"})
+#: Client weighting schemes of D_avg (see :func:`client_weights`).
+WEIGHTS = ("size", "uniform")
+
+
+def n_clients(scheme: Mapping, n_classes: int | None = None) -> int:
+    """The number of clients of a scheme, from the scheme alone (a one_class scheme
+    without ``classes`` has one client per class: pass ``n_classes``)."""
+    kind = scheme["kind"]
+    if kind == "by_class":
+        return len(scheme["groups"])
+    if kind == "one_class":
+        if "classes" in scheme:
+            return len(scheme["classes"])
+        if n_classes is None:
+            raise ValueError("scheme 'one_class' without 'classes' has one client per class: "
+                             "pass n_classes")
+        return n_classes
+    return scheme["n_clients"]
+
+
+def client_weights(sizes, scheme: str = "size") -> np.ndarray:
+    r"""The weights :math:`\lambda_i` of D_avg = sum_i lambda_i D(X_i, Y).
+
+    ``"size"``: :math:`\lambda_i = n_i / n`, the only weights under which KD_avg - KD_all
+    is model-free (Theorem 1 of Wang et al., arXiv 2310.11714); ``"uniform"``: 1 / k.
+    ``sizes`` are the clients' row counts n_i.
+    """
+    if scheme not in WEIGHTS:
+        raise ValueError(f"weights: expected one of {WEIGHTS}, got {scheme!r}")
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sizes.ndim != 1 or sizes.size == 0 or (sizes <= 0).any():
+        raise ValueError(f"weights: client sizes must be positive counts, got {sizes.tolist()}")
+    if scheme == "size":
+        return sizes / sizes.sum()
+    return np.full(len(sizes), 1.0 / len(sizes))
 
 
 def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarray:
@@ -164,8 +205,7 @@ def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarra
         raise ValueError(
             f"argument 'labels' must be a 1-d int array, got {labels.dtype} {labels.shape}"
         )
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"argument 'seed' must be an int >= 0, got {seed!r}")
+    positive_int(seed, "argument 'seed'", minimum=0)
     if features is not None:
         features = np.asarray(features)
         if features.ndim != 2 or len(features) != len(labels):
@@ -231,7 +271,3 @@ def load_manifest(path) -> np.ndarray:
 def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
 
-
-def _check_positive_int(value, key):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"scheme key {key!r} must be an int >= 1, got {value!r}")

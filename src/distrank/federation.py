@@ -1,24 +1,23 @@
 """The pipeline's privacy boundary, as file-to-file functions.
 
-A client scores a model on its own reference features and releases a few numbers
-(`score_client_file`); the server averages those numbers (`average_client_files`)
-and never sees features. Only `score_centralized_file` reads the pooled reference,
-which is what D_all needs and what a federation cannot do.
+A client scores every model on its own reference features and releases a few
+numbers per model (`score_client_file`); the server averages those numbers
+(`average_client_files`) and never sees features. Only `score_centralized_file`
+reads the pooled reference, which is what D_all needs and what a federation cannot do.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from distrank._io import read_json, write_json
-from distrank.clients import UNASSIGNED, load_manifest
-from distrank.metrics import client_scores, score
+from distrank.clients import UNASSIGNED, client_weights, load_manifest
+from distrank.metrics.registry import METRIC_KEYS
 
-METRICS = ("kd", "fd", "precision", "recall", "density", "coverage")
 # config["metrics"] keys that are options of the scorers (the rest are aggregation choices)
 _SCORER_OPTIONS = ("kernel", "kd_estimator", "pr_k", "dc_k", "dtype")
 
@@ -41,74 +40,80 @@ def _scorer_options(metrics_config: Mapping) -> dict:
     return {k: metrics_config[k] for k in _SCORER_OPTIONS}
 
 
-def score_client_file(client_path, model_path, out_path, *, model: str, client: str,
+def _load_models(model_paths: Mapping) -> dict[str, np.ndarray]:
+    return {name: load_features(path) for name, path in model_paths.items()}
+
+
+def score_client_file(client_path, model_paths: Mapping, out_path, *, client: str,
                       metrics_config: Mapping) -> dict:
-    """Score one model on one client's features; write and return the record."""
+    """Score every model (name -> feature file) on one client's features; write and
+    return the record: the client's row count and, per model, m and its scores."""
+    from distrank.metrics.scoring import score_client
+
     x = load_features(client_path)
-    y = load_features(model_path)
+    ys = _load_models(model_paths)
+    scores = score_client(x, ys, metrics=METRIC_KEYS, **_scorer_options(metrics_config))
     record = {
-        "model": model,
         "client": client,
         "n": int(len(x)),
-        "m": int(len(y)),
-        "scores": client_scores(x, y, metrics=METRICS, **_scorer_options(metrics_config)),
+        "models": {name: {"m": int(len(y)), "scores": scores[name]} for name, y in ys.items()},
     }
     write_json(out_path, record)
     return record
 
 
 def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
-    """D_avg = sum_i lambda_i D_i from the clients' records alone.
-
-    lambda_i = n_i / n ("size") or 1 / k ("uniform").
-    """
+    """D_avg = sum_i lambda_i D_i for every model, from the clients' records alone."""
+    paths = list(paths)
     records = [read_json(p) for p in paths]
-    models = {r["model"] for r in records}
-    if len(models) != 1:
-        raise ValueError(f"client score files mix models {sorted(models)}: {list(paths)}")
-    n = np.array([r["n"] for r in records], dtype=float)
-    lam = n / n.sum() if weights == "size" else np.full(len(n), 1 / len(n))
-    metrics = records[0]["scores"].keys()
-    avg = {m: float(sum(l * r["scores"][m] for l, r in zip(lam, records))) for m in metrics}
-    result = {
-        "model": records[0]["model"],
-        "weights": weights,
-        "scores": avg,
-        "clients": {r["client"]: {"n": r["n"], "scores": r["scores"]} for r in records},
-    }
+    models = [list(r["models"]) for r in records]
+    if any(m != models[0] for m in models):
+        raise ValueError(f"client score files score different models: {paths}")
+    lam = client_weights([r["n"] for r in records], weights)
+    result = {"weights": weights, "models": {}, "clients": {}}
+    for model in models[0]:
+        local = [r["models"][model]["scores"] for r in records]
+        result["models"][model] = {
+            "scores": {m: float(sum(w * s[m] for w, s in zip(lam, local))) for m in local[0]}}
+    for r in records:
+        result["clients"][r["client"]] = {
+            "n": r["n"], "scores": {model: v["scores"] for model, v in r["models"].items()}}
     write_json(out_path, result)
     return result
 
 
-def score_centralized_file(reference_path, manifest_path, model_path, out_path, *,
-                           model: str, metrics_config: Mapping) -> dict:
-    """D_all: score one model against the pooled reference rows of a partition."""
+def score_centralized_file(reference_path, manifest_path, model_paths: Mapping, out_path, *,
+                           metrics_config: Mapping) -> dict:
+    """D_all: score every model against the pooled reference rows of a partition."""
+    from distrank.metrics.scoring import score
+
     owner = load_manifest(manifest_path)
     pooled_rows = owner != UNASSIGNED
     reference, labels = load_features(reference_path)[pooled_rows], owner[pooled_rows]
-    y = load_features(model_path)
-    table = score(reference, labels, {model: y}, metrics=METRICS,
+    ys = _load_models(model_paths)
+    table = score(reference, labels, ys, metrics=METRIC_KEYS,
                   weights=metrics_config["weights"], **_scorer_options(metrics_config))
     pooled = table[table.aggregation == "all"]
-    result = {
-        "model": model,
-        "n": int(len(reference)),
-        "m": int(len(y)),
-        "scores": {r.metric: float(r.value) for r in pooled.itertuples()},
-    }
+    result = {"n": int(len(reference)),
+              "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()}}
+    for r in pooled.itertuples():
+        result["models"][r.model]["scores"][r.metric] = float(r.value)
     write_json(out_path, result)
     return result
 
 
-def collect(avg_paths: Iterable, all_paths: Iterable) -> pd.DataFrame:
-    """One tidy table (model, metric, aggregation, client, value) from score files."""
+def collect(avg_path, all_path, models: Sequence[str]) -> pd.DataFrame:
+    """One tidy table (model, metric, aggregation, client, value) of ``models`` from a
+    partition's averaged and centralized score files."""
+    avg, pooled = read_json(avg_path), read_json(all_path)
+    missing = [m for m in models if m not in avg["models"] or m not in pooled["models"]]
+    if missing:
+        raise ValueError(f"{avg_path}, {all_path}: no scores of models {missing}")
     rows = []
-    for p in avg_paths:
-        r = read_json(p)
-        rows += [(r["model"], m, "avg", "", v) for m, v in r["scores"].items()]
-        for c, cr in r["clients"].items():
-            rows += [(r["model"], m, "client", c, v) for m, v in cr["scores"].items()]
-    for p in all_paths:
-        r = read_json(p)
-        rows += [(r["model"], m, "all", "", v) for m, v in r["scores"].items()]
+    for model in models:
+        rows += [(model, m, "avg", "", v) for m, v in avg["models"][model]["scores"].items()]
+        for c, cr in avg["clients"].items():
+            rows += [(model, m, "client", c, v) for m, v in cr["scores"][model].items()]
+    for model in models:
+        rows += [(model, m, "all", "", v) for m, v in pooled["models"][model]["scores"].items()]
     return pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value"])

@@ -48,3 +48,44 @@ def test_unknown_partition_in_an_experiment_is_named(tmp_path):
     assert run.returncode != 0
     out = run.stdout + run.stderr
     assert "experiments.E1.partition" in out and "dirichlett" in out
+
+
+def planned_jobs(output: str) -> list[dict[str, str]]:
+    """The jobs of a dry run: rule, input, wildcards (as printed)."""
+    jobs, job = [], None
+    for line in output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            job = {"rule": line.split()[-1].rstrip(":")}
+            jobs.append(job)
+        elif job is not None and line.startswith("    "):
+            key, _, value = line.strip().partition(": ")
+            job[key] = value
+        else:
+            job = None
+    return jobs
+
+
+def test_a_client_job_reads_its_own_rows_and_the_models_only(tmp_path):
+    """The privacy boundary: every score_client job's inputs are its own client file
+    and model feature files, never another client's rows or the pooled reference."""
+    run = dry_run(tmp_path, default_config())
+    assert run.returncode == 0, run.stderr[-3000:]
+    jobs = [j for j in planned_jobs(run.stdout + run.stderr) if j["rule"] == "score_client"]
+    assert len(jobs) == 10  # one per client: 4 by_class + 6 one_class
+    for job in jobs:
+        wildcards = dict(w.split("=") for w in job["wildcards"].split(", "))
+        own = f"results/default/clients/{wildcards['partition']}/{wildcards['client']}.npz"
+        inputs = job["input"].split(", ")
+        assert inputs[0] == own
+        assert all(p.startswith("results/default/features/model_") for p in inputs[1:]), inputs
+    servers = [j for j in planned_jobs(run.stdout + run.stderr) if j["rule"] == "average_clients"]
+    for job in servers:
+        assert all("/scores/" in p and "/clients/" in p for p in job["input"].split(", "))
+
+
+def test_a_config_runs_only_the_experiments_it_lists(tmp_path):
+    config = default_config()
+    config["experiments"] = {"E3": config["experiments"]["E3"]}
+    run = dry_run(tmp_path, config)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {j["rule"] for j in planned_jobs(run.stdout + run.stderr)} == {"E3", "all"}

@@ -72,12 +72,13 @@ def test_e2_same_client_fd_different_fd_all(study):
 
 def test_client_scores_average_to_avg(study):
     """The server's D_avg is the size-weighted mean of what the clients released."""
-    root = study / "results/tiny/scores/dirichlet/real"
-    avg = json.loads((root / "avg.json").read_text())
+    avg = json.loads((study / "results/tiny/scores/dirichlet/avg.json").read_text())
     n = {c: r["n"] for c, r in avg["clients"].items()}
-    for metric, value in avg["scores"].items():
-        mean = sum(n[c] * avg["clients"][c]["scores"][metric] for c in n) / sum(n.values())
-        assert value == pytest.approx(mean, rel=1e-12)
+    for model, scores in avg["models"].items():
+        for metric, value in scores["scores"].items():
+            local = {c: avg["clients"][c]["scores"][model][metric] for c in n}
+            mean = sum(n[c] * local[c] for c in n) / sum(n.values())
+            assert value == pytest.approx(mean, rel=1e-12)
 
 
 def test_report_collects_every_figure(study, run_tiny):

@@ -175,7 +175,7 @@ def test_score_uses_one_median_bandwidth_from_the_pooled_reference():
     ({"kernel": "cosine"}, "kernel: expected one of"),
     ({"kernel_params": {"sigma": 1.0}}, r"kernel_params: unknown parameter\(s\) \['sigma'\]"),
     ({"kernel": "rbf", "kernel_params": {"bandwidth": -1}}, "bandwidth must be positive"),
-    ({"kernel_params": {"degree": 2.5}}, "degree must be a positive integer"),
+    ({"kernel_params": {"degree": 2.5}}, "degree: expected an integer >= 1"),
     ({"kd_estimator": "mmd"}, "kd_estimator: expected one of"),
     ({"kd_estimator": "subsets", "subset_size": 9}, r"client '1' has 3 rows; KD subsets"),
 ])

@@ -136,7 +136,7 @@ def test_single_client_equals_pool():
      "clients: client '1' has 4 rows; k=5"),
     (lambda a: a.update(clients=np.zeros(39, int)), "clients: expected 40 labels"),
     (lambda a: a.update(metrics=("precision", "fidelity")), "metrics: expected"),
-    (lambda a: a.update(pr_k=0), "pr_k: expected a positive integer"),
+    (lambda a: a.update(pr_k=0), "pr_k: expected an integer >= 1"),
     (lambda a: a.update(dtype="float16"), "dtype: expected one of"),
     (lambda a: a.update(reference=np.zeros(40)), "reference: expected a 2-d"),
 ])

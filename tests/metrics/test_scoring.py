@@ -125,14 +125,14 @@ def test_subsets_mode_adds_kd_std(federation):
 @pytest.mark.parametrize("change,match", [
     ({"metrics": ["kd", "fid"]}, "metrics: expected a non-empty subset"),
     ({"clients": np.zeros(7)}, r"clients: expected 240 labels"),
-    ({"weights": "equal"}, "weights: expected 'size' or 'uniform'"),
+    ({"weights": "equal"}, r"weights: expected one of \('size', 'uniform'\)"),
     ({"dtype": "float16"}, "dtype: expected one of"),
     ({"models": {}}, "models: expected a non-empty mapping"),
     ({"models": {"g": np.zeros((0, D))}}, r"models\['g'\]: empty array"),
     ({"models": {"g": np.full((10, D), np.inf)}}, r"models\['g'\]: contains NaN or infinite"),
     ({"models": {"g": np.zeros((10, D + 1))}}, r"models\['g'\]: dimension 6 does not match"),
     ({"reference": np.full((240, D), np.nan)}, "reference: contains NaN"),
-    ({"pr_k": 0}, "pr_k: expected a positive integer"),
+    ({"pr_k": 0}, "pr_k: expected an integer >= 1"),
     ({"models": {"g": np.ones((3, D))}, "metrics": ["recall"]},
      r"models\['g'\] has 3 rows; k=3 nearest neighbours need at least 4"),
 ])

@@ -14,7 +14,7 @@ rule extract_features:
     benchmark:
         f"{BENCH}/extract_features/{{name}}.tsv"
     wildcard_constraints:
-        name=r"reference|heldout|model_(?!e2-)[A-Za-z0-9_.+-]+",
+        name=f"reference|heldout|model_({one_of(MODELS)})",  # image models only
     threads: res("extract_features", "threads")
     resources:
         mem_mb=res("extract_features", "mem_mb"),

@@ -1,20 +1,23 @@
-# The privacy boundary: a client job reads only its own features and the model's;
-# the server averages the clients' score files; only the *_centralized rules read
-# pooled reference data.
+# The privacy boundary: a client job reads only its own features and every model's
+# features (what a real client receives); the server averages the clients' score
+# files; only the *_centralized rules read pooled reference data.
+localrules:
+    average_clients,
 
 
 rule score_client:
     input:
         client=f"{RESULTS}/clients/{{partition}}/{{client}}.npz",
-        model=f"{RESULTS}/features/model_{{model}}.npz",
+        models=scored_features,
     output:
-        f"{RESULTS}/scores/{{partition}}/{{model}}/{{client}}.json",
+        f"{RESULTS}/scores/{{partition}}/clients/{{client}}.json",
     params:
+        models=lambda wc: SCORED[wc.partition],
         metrics=config["metrics"],
     log:
-        f"{LOGS}/score_client/{{partition}}/{{model}}/{{client}}.log",
+        f"{LOGS}/score_client/{{partition}}/{{client}}.log",
     benchmark:
-        f"{BENCH}/score_client/{{partition}}/{{model}}/{{client}}.tsv"
+        f"{BENCH}/score_client/{{partition}}/{{client}}.tsv"
     resources:
         mem_mb=res("score_client", "mem_mb"),
         runtime=res("score_client", "runtime"),
@@ -28,11 +31,11 @@ rule average_clients:
     input:
         client_score_files,
     output:
-        f"{RESULTS}/scores/{{partition}}/{{model}}/avg.json",
+        f"{RESULTS}/scores/{{partition}}/avg.json",
     params:
         weights=config["metrics"]["weights"],
     log:
-        f"{LOGS}/average_clients/{{partition}}/{{model}}.log",
+        f"{LOGS}/average_clients/{{partition}}.log",
     conda:
         "../../envs/core.yaml"
     script:
@@ -43,15 +46,16 @@ rule score_all_centralized:
     input:
         reference=f"{RESULTS}/features/reference.npz",
         manifest=f"{RESULTS}/clients/{{partition}}/manifest.csv",
-        model=f"{RESULTS}/features/model_{{model}}.npz",
+        models=scored_features,
     output:
-        f"{RESULTS}/scores/{{partition}}/{{model}}/all_centralized.json",
+        f"{RESULTS}/scores/{{partition}}/all_centralized.json",
     params:
+        models=lambda wc: SCORED[wc.partition],
         metrics=config["metrics"],
     log:
-        f"{LOGS}/score_all_centralized/{{partition}}/{{model}}.log",
+        f"{LOGS}/score_all_centralized/{{partition}}.log",
     benchmark:
-        f"{BENCH}/score_all_centralized/{{partition}}/{{model}}.tsv"
+        f"{BENCH}/score_all_centralized/{{partition}}.tsv"
     resources:
         mem_mb=res("score_all_centralized", "mem_mb"),
         runtime=res("score_all_centralized", "runtime"),

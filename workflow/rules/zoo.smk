@@ -10,14 +10,14 @@ rule train_generator:
         f"{RESULTS}/zoo/{{family}}.pt",
     params:
         family=lambda wc: wc.family,
-        steps=lambda wc: config["zoo"][wc.family]["steps"],
+        settings=lambda wc: config["zoo"][wc.family],
         seed=config["seed"],
     log:
         f"{LOGS}/train_generator/{{family}}.log",
     benchmark:
         f"{BENCH}/train_generator/{{family}}.tsv"
     wildcard_constraints:
-        family="cgan|vae",
+        family=one_of(zoo.FAMILIES),
     threads: res("train_generator", "threads")
     resources:
         mem_mb=res("train_generator", "mem_mb"),
@@ -49,7 +49,7 @@ rule generate:
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
-        gpu=lambda wc: res("generate", "gpus") if wc.model in CHECKPOINT_MODELS else 0,
+        gpu=lambda wc: res("generate", "gpus") if MODELS[wc.model]["kind"] == "checkpoint" else 0,
     conda:
         "../../envs/torch.yaml"
     script:

@@ -2,37 +2,28 @@
 
 KD (``kd``), FD (``fd``) and Precision/Recall/Density/Coverage (``prdc``), each for
 the pooled reference (D_all) and per client (averaged into D_avg), combined into
-one tidy table by ``score``.
+one tidy table by ``score``. ``registry`` names them (torch-free); everything else
+imports torch on first use.
 """
 
-from distrank.metrics.fd import (
-    GaussianStats,
-    frechet_distance,
-    frechet_distances,
-    gaussian_stats,
-    pool_stats,
-)
-from distrank.metrics.kd import KernelSums, kd_subsets, kernel_distance, kernel_sums
-from distrank.metrics.kernels import KERNELS, Kernel, make_kernel, median_bandwidth
-from distrank.metrics.prdc import prdc
-from distrank.metrics.scoring import METRICS, client_scores, score
+from distrank.metrics.registry import METRICS
 
-__all__ = [
-    "KERNELS",
-    "METRICS",
-    "GaussianStats",
-    "Kernel",
-    "KernelSums",
-    "client_scores",
-    "frechet_distance",
-    "frechet_distances",
-    "gaussian_stats",
-    "kd_subsets",
-    "kernel_distance",
-    "kernel_sums",
-    "make_kernel",
-    "median_bandwidth",
-    "pool_stats",
-    "prdc",
-    "score",
-]
+_LAZY = {
+    "GaussianStats": "fd", "frechet_distance": "fd", "frechet_distances": "fd",
+    "gaussian_stats": "fd", "pool_stats": "fd",
+    "KernelSums": "kd", "kd_subsets": "kd", "kernel_distance": "kd", "kernel_sums": "kd",
+    "KERNELS": "kernels", "Kernel": "kernels", "make_kernel": "kernels",
+    "median_bandwidth": "kernels",
+    "prdc": "prdc",
+    "client_scores": "scoring", "score": "scoring", "score_client": "scoring",
+}
+
+__all__ = ["METRICS", *_LAZY]
+
+
+def __getattr__(name):  # PEP 562: keep `import distrank.metrics.registry` torch-free
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

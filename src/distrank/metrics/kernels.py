@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distrank._backend import as_features
+from distrank._backend import as_features, positive_int
 
 KERNELS = ("poly", "rbf", "laplace", "linear")
 _PARAMETERS = {
@@ -37,11 +37,21 @@ def poly_kernel(x: torch.Tensor, y: torch.Tensor, *, degree: int, gamma: float,
     return torch.mm(x, y.T).mul_(gamma).add_(coef0).pow_(degree)
 
 
-def sq_euclidean(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """|x - y|^2 = |x|^2 + |y|^2 - 2 <x, y> for all row pairs, clamped at 0."""
-    x_sq = (x * x).sum(dim=1, keepdim=True)
-    y_sq = (y * y).sum(dim=1).unsqueeze(0)
-    return torch.addmm(y_sq, x, y.T, alpha=-2.0).add_(x_sq).clamp_(min=0.0)
+def sq_norms(x: torch.Tensor) -> torch.Tensor:
+    """|x|^2 of every row."""
+    return (x * x).sum(dim=1)
+
+
+def sq_euclidean(x: torch.Tensor, y: torch.Tensor, x_sq: torch.Tensor | None = None,
+                 y_sq: torch.Tensor | None = None) -> torch.Tensor:
+    """|x - y|^2 = |x|^2 + |y|^2 - 2 <x, y> for all row pairs, clamped at 0.
+
+    ``x_sq`` and ``y_sq`` are the rows' squared norms (:func:`sq_norms`), computed
+    here unless given (PRDC reuses them across blocks).
+    """
+    x_sq = sq_norms(x) if x_sq is None else x_sq
+    y_sq = sq_norms(y) if y_sq is None else y_sq
+    return torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0).add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
 
 
 def rbf_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
@@ -51,7 +61,8 @@ def rbf_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.T
 
 def laplace_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
     """k(x, y) = exp(-|x - y|_1 / bandwidth) for all row pairs."""
-    return torch.cdist(x, y, p=1.0).mul_(-1.0 / bandwidth).exp_()
+    # out-of-place mul: cdist's backward reads its output (KDObjective differentiates this)
+    return torch.cdist(x, y, p=1.0).mul(-1.0 / bandwidth).exp_()
 
 
 def linear_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -103,13 +114,11 @@ def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
         raise ValueError(f"kernel_params: unknown parameter(s) {unknown} for kernel {name!r} "
                          f"(allowed: {list(_PARAMETERS[name])})")
     if name == "poly":
-        degree = params.get("degree", 3)
-        if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
-            raise ValueError(f"kernel_params: degree must be a positive integer, got {degree!r}")
+        degree = positive_int(params.get("degree", 3), "kernel_params: degree")
         gamma = params.get("gamma")
         gamma = 1.0 / dim if gamma is None else _positive(gamma, "gamma")
         coef0 = _finite(params.get("coef0", 1.0), "coef0")
-        return Kernel(name, {"degree": int(degree), "gamma": gamma, "coef0": coef0})
+        return Kernel(name, {"degree": degree, "gamma": gamma, "coef0": coef0})
     if name in ("rbf", "laplace"):
         if "bandwidth" not in params:
             raise ValueError(f"kernel_params: kernel {name!r} needs a 'bandwidth' "
@@ -129,8 +138,7 @@ def median_bandwidth(reference, *, kernel: str = "rbf", max_rows: int = 1000,
     """
     if kernel not in ("rbf", "laplace"):
         raise ValueError(f"kernel: the median heuristic is for 'rbf' or 'laplace', got {kernel!r}")
-    if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)) or max_rows < 2:
-        raise ValueError(f"max_rows: expected an integer >= 2, got {max_rows!r}")
+    positive_int(max_rows, "max_rows", minimum=2)
     x = as_features(reference, "reference")
     if x.shape[0] < 2:
         raise ValueError("reference: the median heuristic needs at least 2 rows")

@@ -33,16 +33,21 @@ comparison is between squared distances computed by the same formula.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from distrank._backend import check_metrics, client_groups
-
-METRICS = ("precision", "recall", "density", "coverage")
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+from distrank._backend import (
+    as_features,
+    check_metrics,
+    client_groups,
+    positive_int,
+    resolve_device,
+    work_dtype,
+)
+from distrank.metrics.kernels import sq_euclidean, sq_norms
+from distrank.metrics.registry import PRDC as METRICS
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 _BLOCK_ELEMENTS = 2**24
 
@@ -69,7 +74,7 @@ def prdc(
         dc_k: k of the k-NN radii for Density and Coverage.
         metrics: a subset of ``("precision", "recall", "density", "coverage")``.
         dtype: ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
-        device: torch device for the computation (``None``: CPU).
+        device: torch device (``None``: CUDA if available, else CPU).
         block_rows: rows of one distance block (``None``: sized to a fixed budget).
 
     Returns:
@@ -80,20 +85,18 @@ def prdc(
             client (or model) with fewer than k + 1 rows, a bad metric name or option.
     """
     wanted = check_metrics(metrics, METRICS)
-    pr_k = _check_k(pr_k, "pr_k")
-    dc_k = _check_k(dc_k, "dc_k")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    pr_k = positive_int(pr_k, "pr_k")
+    dc_k = positive_int(dc_k, "dc_k")
+    dtype_ = work_dtype(dtype)
     if not isinstance(models, Mapping) or not models:
         raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
-    device = torch.device("cpu" if device is None else device)
-    work_dtype = _DTYPES[dtype]
-    block = _check_block(block_rows, work_dtype.itemsize)
+    device = resolve_device(device)
+    block = _check_block(block_rows, dtype_.itemsize)
 
     # Validate everything before any heavy computation.
-    reference = _checked_matrix(reference, "reference")
+    reference = as_features(reference, "reference")
     n, d = reference.shape
-    fakes = {name: _checked_matrix(y, f"models[{name!r}]") for name, y in models.items()}
+    fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
     for name, y in fakes.items():
         if y.shape[1] != d:
             raise ValueError(f"models[{name!r}]: dimension {y.shape[1]} does not match "
@@ -114,8 +117,8 @@ def prdc(
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
     ref = reference[torch.as_tensor(order, device=reference.device)]
-    ref = ref.to(device=device, dtype=work_dtype)
-    center = ref.mean(dim=0, dtype=torch.float64).to(work_dtype)
+    ref = ref.to(device=device, dtype=dtype_)
+    center = ref.mean(dim=0, dtype=torch.float64).to(dtype_)
     ref -= center
     ref_sq = _sq_norms(ref, block)
 
@@ -123,7 +126,7 @@ def prdc(
 
     result = {}
     for name, y in fakes.items():
-        fake = y.to(device=device, dtype=work_dtype, copy=True)
+        fake = y.to(device=device, dtype=dtype_, copy=True)
         fake -= center
         hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2,
                       wanted, pr_k, dc_k, block)
@@ -131,42 +134,11 @@ def prdc(
     return result
 
 
-def _check_k(k, name: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {k!r}")
-    return int(k)
-
-
 def _check_block(block_rows, itemsize: int) -> int:
     if block_rows is None:
         # Square blocks within the element budget (float32: 4096 rows).
         return int(np.sqrt(_BLOCK_ELEMENTS * 4 // itemsize)) // 256 * 256
-    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) \
-            or block_rows < 1:
-        raise ValueError(f"block_rows: expected a positive integer, got {block_rows!r}")
-    return int(block_rows)
-
-
-def _checked_matrix(x, name: str) -> torch.Tensor:
-    """x as a tensor (shared memory where possible): 2-d, non-empty, real, finite."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach()
-    else:
-        x = np.asarray(x)
-        if x.dtype.kind not in "biuf":
-            raise ValueError(f"{name}: expected numeric features, got dtype {x.dtype}")
-        with warnings.catch_warnings():  # read-only inputs are fine: they are copied before use
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            x = torch.from_numpy(np.ascontiguousarray(x))
-    if x.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-d (rows, d) array, got shape {tuple(x.shape)}")
-    if x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"{name}: empty array of shape {tuple(x.shape)}")
-    if x.is_complex():
-        raise ValueError(f"{name}: expected real features, got {x.dtype}")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name}: contains NaN or infinite values")
-    return x
+    return positive_int(block_rows, "block_rows")
 
 
 def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], np.ndarray]:
@@ -178,13 +150,7 @@ def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], n
 
 
 def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:
-    return torch.cat([(b * b).sum(dim=1) for b in x.split(block)])
-
-
-def _sq_dists(x, x_sq, y, y_sq) -> torch.Tensor:
-    """Squared distances |x|^2 + |y|^2 - 2 x.y of two row blocks, clamped at 0."""
-    d2 = torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0)
-    return d2.add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
+    return torch.cat([sq_norms(b) for b in x.split(block)])
 
 
 def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int) -> dict[int, torch.Tensor]:
@@ -196,7 +162,7 @@ def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int) -> dict[int, torch.Ten
         best = torch.full((r1 - r0, kmax), torch.inf, dtype=x.dtype, device=x.device)
         for c0 in range(0, n, block):
             c1 = min(n, c0 + block)
-            d2 = _sq_dists(x[r0:r1], x_sq[r0:r1], x[c0:c1], x_sq[c0:c1])
+            d2 = sq_euclidean(x[r0:r1], x[c0:c1], x_sq[r0:r1], x_sq[c0:c1])
             lo, hi = max(r0, c0), min(r1, c1)
             if lo < hi:  # the point itself is not its own neighbour
                 self_idx = torch.arange(lo, hi, device=x.device)
@@ -253,7 +219,7 @@ def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, b
                     for c, (a, b) in enumerate(groups) if a < r1 and b > r0]
         for c0 in range(0, m, block):
             c1 = min(m, c0 + block)
-            d2 = _sq_dists(ref[r0:r1], ref_sq[r0:r1], fake[c0:c1], fake_sq[c0:c1])
+            d2 = sq_euclidean(ref[r0:r1], fake[c0:c1], ref_sq[r0:r1], fake_sq[c0:c1])
             if "recall" in wanted:
                 hits["recall"][r0:r1] |= _any(d2 < fake_r2[c0:c1].unsqueeze(0), dim=1)
             if "precision" in wanted:

@@ -10,35 +10,65 @@ For each model and metric D the table holds
 Distances", arXiv 2310.11714). KD comes from one set of kernel block sums
 (``kd.kernel_sums``), FD_all from the clients' Gaussian statistics
 (``fd.pool_stats``), and Precision/Recall/Density/Coverage from ``prdc.prdc``.
+
+The scorer dispatches through ``metrics.registry``: a metric's compute function
+takes the checked inputs (:class:`Inputs`) and the requested metric keys it
+serves, checks what it needs, and returns a function that computes
+``{model: {metric: (pooled value, per-client values)}}``; every check runs before
+any heavy work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
 from distrank._backend import (
+    ClientGroups,
     as_features,
-    check_metrics,
     client_groups,
+    positive_int,
     resolve_device,
     work_dtype,
 )
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
-from distrank.metrics.prdc import METRICS as PRDC_METRICS
 from distrank.metrics.prdc import prdc
+from distrank.metrics.registry import METRIC_KEYS, METRICS, check_metrics
 
-METRICS = ("kd", "fd") + PRDC_METRICS
 COLUMNS = ["model", "metric", "aggregation", "client", "value"]
+Values = dict[str, dict[str, tuple[float, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The checked inputs of one scoring call, as the compute functions get them."""
+
+    reference: torch.Tensor
+    groups: ClientGroups
+    models: dict[str, torch.Tensor]
+    options: dict
+    device: torch.device
+
+    def client_rows(self, c: int) -> torch.Tensor:
+        return self.reference[torch.from_numpy(self.groups.rows(c))]
+
+    def sizes(self, *, models: bool = True) -> dict[str, int]:
+        """Rows of every client (and model), keyed by how an error names them."""
+        sizes = {f"clients: client {name!r}": int(size)
+                 for name, size in zip(self.groups.names, self.groups.sizes)}
+        if models:
+            sizes |= {f"models[{name!r}]": y.shape[0] for name, y in self.models.items()}
+        return sizes
 
 
 def score(reference, clients, models: Mapping[str, object], *,
-          metrics: Sequence[str] = METRICS, kernel: str = "poly", kernel_params=None,
+          metrics: Sequence[str] = METRIC_KEYS, kernel: str = "poly", kernel_params=None,
           kd_estimator: str = "unbiased", n_subsets: int = 100, subset_size: int = 1000,
           seed: int = 0, weights: str = "size", pr_k: int = 3, dc_k: int = 5,
           dtype: str = "float32", device=None, block_size: int = kd_.BLOCK_SIZE,
@@ -72,84 +102,133 @@ def score(reference, clients, models: Mapping[str, object], *,
         ValueError: naming the argument and the problem (non-finite features,
             mismatched dimensions, too few rows, unknown metric or option).
     """
-    wanted = check_metrics(metrics, METRICS)
+    wanted = check_metrics(metrics)
     work_dtype(dtype)
-    dev = resolve_device(device)
     x = as_features(reference, "reference")
     groups = client_groups(clients, x.shape[0])
     lam = groups.weights(weights)
-    ys = _check_models(models, x.shape[1])
-    if "kd" in wanted:
-        kd_.check_sizes(_client_sizes(groups) | _model_sizes(ys), kd_estimator, subset_size)
-        if needs_bandwidth(kernel, kernel_params):
-            kernel_params = {**(kernel_params or {}),
-                             "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed)}
-        kern = make_kernel(kernel, kernel_params, x.shape[1])
-    if "fd" in wanted:
-        for name, rows in (_client_sizes(groups) | _model_sizes(ys)).items():
-            if rows < 2:
-                raise ValueError(f"{name} has {rows} row; FD (covariance, ddof=1) needs 2")
-    prdc_wanted = [m for m in wanted if m in PRDC_METRICS]
-    _check_prdc_sizes(groups, ys, prdc_wanted, pr_k, dc_k)  # before any heavy work
-
-    values: dict[str, dict[str, tuple[float, np.ndarray]]] = {g: {} for g in ys}
-    if "kd" in wanted and kd_estimator != "subsets":
-        sums = kd_.kernel_sums(x, groups.index, ys.values(), kern, dtype=dtype, device=dev,
-                               block_size=block_size)
-        per_client, pooled = sums.kd(kd_estimator)
-        for g, name in enumerate(ys):
-            values[name]["kd"] = (float(pooled[g]), per_client[g])
-    elif "kd" in wanted:
-        parts = [x] + [x[torch.from_numpy(groups.rows(c))] for c in range(len(groups.sizes))]
-        for name, y in ys.items():
-            runs = np.array([kd_.kd_subsets(p, y, kern, n_subsets=n_subsets,
-                                            subset_size=subset_size, seed=seed,
-                                            dtype=dtype, device=dev) for p in parts])
-            values[name]["kd"] = (runs[0, 0], runs[1:, 0])
-            values[name]["kd_std"] = (runs[0, 1], runs[1:, 1])
-    if "fd" in wanted:
-        stats = [gaussian_stats(x[torch.from_numpy(groups.rows(c))], device=dev)
-                 for c in range(len(groups.sizes))]
-        model_stats = [gaussian_stats(y, device=dev) for y in ys.values()]
-        fd = frechet_distances(stats + [pool_stats(stats)], model_stats, device=dev)
-        for g, name in enumerate(ys):
-            values[name]["fd"] = (float(fd[-1, g]), fd[:-1, g])
-    if prdc_wanted:
-        result = prdc(x, clients, ys, pr_k=pr_k, dc_k=dc_k, metrics=prdc_wanted,
-                      dtype=dtype, device=dev)
-        for name in ys:
-            for metric in prdc_wanted:
-                by_client = result[name][metric]
-                local = np.array([by_client[c] for c in groups.names])
-                values[name][metric] = (float(by_client["all"]), local)
+    inputs = Inputs(x, groups, _check_models(models, x.shape[1]), dict(
+        kernel=kernel, kernel_params=kernel_params, kd_estimator=kd_estimator,
+        n_subsets=n_subsets, subset_size=subset_size, seed=seed, pr_k=pr_k, dc_k=dc_k,
+        dtype=dtype, block_size=block_size), resolve_device(device))
+    by_function: dict[Callable, list[str]] = {}
+    for key in wanted:
+        by_function.setdefault(METRICS[key].function(), []).append(key)
+    runs = [fn(inputs, keys) for fn, keys in by_function.items()]  # all checks first
+    values: Values = {name: {} for name in inputs.models}
+    for run in runs:
+        for name, by_metric in run().items():
+            values[name] |= by_metric
     return _table(values, groups.names, lam)
 
 
-def client_scores(client_features, model_features, *, metrics: Sequence[str] = METRICS,
-                  kernel: str = "poly", kernel_params=None, kd_estimator: str = "unbiased",
-                  n_subsets: int = 100, subset_size: int = 1000, seed: int = 0,
-                  pr_k: int = 3, dc_k: int = 5, dtype: str = "float32", device=None,
-                  block_size: int = kd_.BLOCK_SIZE) -> dict[str, float]:
-    """One client's scores of one model: what a client computes without sharing data.
+def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
+    """KD from one set of kernel block sums (U or V form), or KID-style subsets."""
+    o, x, groups = inputs.options, inputs.reference, inputs.groups
+    estimator = o["kd_estimator"]
+    kd_.check_sizes(inputs.sizes(), estimator, o["subset_size"])
+    params = o["kernel_params"]
+    if needs_bandwidth(o["kernel"], params):
+        params = {**(params or {}),
+                  "bandwidth": median_bandwidth(x, kernel=o["kernel"], seed=o["seed"])}
+    kern = make_kernel(o["kernel"], params, x.shape[1])
 
-    Same options as ``score``; the result maps each metric (and ``kd_std`` in
-    subsets mode) to its value, equal to that client's ``client`` rows of
-    ``score``. An rbf/laplace kernel needs an explicit ``kernel_params["bandwidth"]``:
-    the bandwidth must be the same for all clients (computed once, e.g. with
-    ``median_bandwidth`` on pooled or public data), never a client's own median.
+    def run() -> Values:
+        if estimator != "subsets":
+            sums = kd_.kernel_sums(x, groups.index, inputs.models.values(), kern,
+                                   dtype=o["dtype"], device=inputs.device,
+                                   block_size=o["block_size"])
+            per_client, pooled = sums.kd(estimator)
+            return {name: {"kd": (float(pooled[g]), per_client[g])}
+                    for g, name in enumerate(inputs.models)}
+        parts = [x] + [inputs.client_rows(c) for c in range(len(groups.sizes))]
+        out = {}
+        for name, y in inputs.models.items():
+            runs = np.array([kd_.kd_subsets(p, y, kern, n_subsets=o["n_subsets"],
+                                            subset_size=o["subset_size"], seed=o["seed"],
+                                            dtype=o["dtype"], device=inputs.device)
+                             for p in parts])
+            out[name] = {"kd": (runs[0, 0], runs[1:, 0]), "kd_std": (runs[0, 1], runs[1:, 1])}
+        return out
+
+    return run
+
+
+def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
+    """FD per client, and FD_all from the pooled client statistics."""
+    for name, rows in inputs.sizes().items():
+        if rows < 2:
+            raise ValueError(f"{name} has {rows} row; FD (covariance, ddof=1) needs 2")
+
+    def run() -> Values:
+        dev = inputs.device
+        stats = [gaussian_stats(inputs.client_rows(c), device=dev)
+                 for c in range(len(inputs.groups.sizes))]
+        model_stats = [gaussian_stats(y, device=dev) for y in inputs.models.values()]
+        fd = frechet_distances(stats + [pool_stats(stats)], model_stats, device=dev)
+        return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])}
+                for g, name in enumerate(inputs.models)}
+
+    return run
+
+
+def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
+    """Precision, Recall, Density and Coverage in one blocked pass (``prdc.prdc``)."""
+    o, groups = inputs.options, inputs.groups
+    pr_k, dc_k = positive_int(o["pr_k"], "pr_k"), positive_int(o["dc_k"], "dc_k")
+    # k-NN radii need k + 1 rows: clients for precision (pr_k), density and coverage
+    # (dc_k); models for recall (pr_k).
+    client_k = ([pr_k] if "precision" in keys else []) \
+        + ([dc_k] if {"density", "coverage"} & set(keys) else [])
+    needs = {name: client_k for name in inputs.sizes(models=False)}
+    if "recall" in keys:
+        needs |= {f"models[{name!r}]": [pr_k] for name in inputs.models}
+    sizes = inputs.sizes()
+    for name, ks in needs.items():
+        if ks and sizes[name] < max(ks) + 1:
+            raise ValueError(f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
+                             f"need at least {max(ks) + 1}")
+
+    def run() -> Values:
+        result = prdc(inputs.reference, groups.index, inputs.models, pr_k=pr_k, dc_k=dc_k,
+                      metrics=keys, dtype=o["dtype"], device=inputs.device)
+        return {name: {metric: (float(result[name][metric]["all"]),
+                                np.array([result[name][metric][str(c)]
+                                          for c in range(len(groups.names))]))
+                       for metric in keys} for name in inputs.models}
+
+    return run
+
+
+def score_client(client_features, models: Mapping[str, object], *,
+                 metrics: Sequence[str] = METRIC_KEYS, kernel: str = "poly",
+                 kernel_params=None, **options) -> dict[str, dict[str, float]]:
+    """One client's scores of every model: what a client computes without sharing data.
+
+    ``options`` are those of :func:`score` (but ``weights``); the result maps each
+    model to ``{metric: value}`` (and ``kd_std`` in subsets mode), equal to that
+    client's ``client`` rows of ``score``. An rbf/laplace kernel needs an explicit
+    ``kernel_params["bandwidth"]``: the bandwidth must be the same for all clients
+    (computed once, e.g. with ``median_bandwidth`` on pooled or public data), never a
+    client's own median.
     """
-    wanted = check_metrics(metrics, METRICS)
+    wanted = check_metrics(metrics)
     if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
         raise ValueError(f"kernel_params: kernel {kernel!r} needs an explicit 'bandwidth' for "
                          "client scores (one bandwidth shared by all clients)")
     x = as_features(client_features, "client_features")
-    table = score(x, np.zeros(x.shape[0], dtype=np.int64), {"model": model_features},
-                  metrics=wanted, kernel=kernel, kernel_params=kernel_params,
-                  kd_estimator=kd_estimator, n_subsets=n_subsets, subset_size=subset_size,
-                  seed=seed, pr_k=pr_k, dc_k=dc_k, dtype=dtype, device=device,
-                  block_size=block_size)
+    table = score(x, np.zeros(x.shape[0], dtype=np.int64), models, metrics=wanted,
+                  kernel=kernel, kernel_params=kernel_params, **options)
     pooled = table[table.aggregation == "all"]
-    return {row.metric: float(row.value) for row in pooled.itertuples()}
+    out: dict[str, dict[str, float]] = {}
+    for row in pooled.itertuples():
+        out.setdefault(row.model, {})[row.metric] = float(row.value)
+    return out
+
+
+def client_scores(client_features, model_features, **options) -> dict[str, float]:
+    """One client's scores of one model (:func:`score_client` with a single model)."""
+    return score_client(client_features, {"model": model_features}, **options)["model"]
 
 
 def _check_models(models, d: int) -> dict[str, torch.Tensor]:
@@ -167,34 +246,7 @@ def _check_models(models, d: int) -> dict[str, torch.Tensor]:
     return ys
 
 
-def _check_prdc_sizes(groups, ys, wanted, pr_k: int, dc_k: int) -> None:
-    """k-NN radii need k + 1 rows: clients for precision (pr_k), density and coverage
-    (dc_k); models for recall (pr_k)."""
-    for k, name in ((pr_k, "pr_k"), (dc_k, "dc_k")):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {k!r}")
-    needs = {f"clients: client {c!r}": ([pr_k] if "precision" in wanted else [])
-             + ([dc_k] if {"density", "coverage"} & set(wanted) else []) for c in groups.names}
-    sizes = _client_sizes(groups)
-    if "recall" in wanted:
-        needs |= {name: [pr_k] for name in _model_sizes(ys)}
-        sizes |= _model_sizes(ys)
-    for name, ks in needs.items():
-        if ks and sizes[name] < max(ks) + 1:
-            raise ValueError(f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
-                             f"need at least {max(ks) + 1}")
-
-
-def _client_sizes(groups) -> dict[str, int]:
-    return {f"clients: client {name!r}": int(size)
-            for name, size in zip(groups.names, groups.sizes)}
-
-
-def _model_sizes(ys) -> dict[str, int]:
-    return {f"models[{name!r}]": y.shape[0] for name, y in ys.items()}
-
-
-def _table(values, client_names: list[str], lam: np.ndarray) -> pd.DataFrame:
+def _table(values: Values, client_names: list[str], lam: np.ndarray) -> pd.DataFrame:
     rows = []
     for model, by_metric in values.items():
         for metric, (pooled, local) in by_metric.items():

@@ -23,8 +23,11 @@ from distrank._io import atomic_open
 
 __all__ = [
     "FAMILIES",
+    "FROM_HELDOUT",
+    "KINDS",
     "train",
     "sample",
+    "make_images",
     "save_state",
     "load_state",
     "torch_session",
@@ -32,6 +35,16 @@ __all__ = [
 
 #: Learned families: name -> module under distrank.zoo with train_<name>/sample_<name>.
 FAMILIES = ("cgan", "vae")
+#: Model kinds made from the held-out real images (the real model and its degradations).
+FROM_HELDOUT = ("heldout", "noise", "blur", "mode_drop")
+#: Every kind of model in a config's ``models``: the families (sampled from a state
+#: trained in the DAG), the held-out kinds, ``images`` (a source's first images) and
+#: ``checkpoint`` (a published network pickle).
+KINDS = FAMILIES + FROM_HELDOUT + ("images", "checkpoint")
+
+# Images per network load when a checkpoint's images are resized: FFHQ's 1024 px
+# StyleGAN2-ADA makes 3 MB per image, so this bounds memory to a few GB.
+CHECKPOINT_CHUNK = 1000
 
 
 def train(family: str, images, labels, *, seed: int, **params) -> dict:
@@ -44,6 +57,73 @@ def sample(state: dict, n: int, *, seed: int, **knobs):
     temperature, labels). Returns (images uint8 (n, H, W), labels int64 (n,))."""
     family = state.get("family")
     return getattr(_module(family), f"sample_{family}")(state, n, seed=seed, **knobs)
+
+
+def make_images(spec: dict, n: int, *, seed: int, inputs: dict, paths: dict | None = None,
+                batch_size: int = 64, device=None, trust_pickles: bool = False,
+                workers: int = 1, name: str = "model"):
+    """The images of one model of a config's ``models`` (``spec``, with its ``kind``).
+
+    ``inputs`` holds what the kind reads: ``state`` (a family's trained state file),
+    ``heldout`` (the held-out images npz), ``checkpoint`` and ``code`` (a published
+    network pickle and its upstream source); ``paths`` locate an ``images`` source
+    (``artifact -> path``). Returns (images uint8, labels or None).
+    """
+    spec = dict(spec)
+    kind = spec.pop("kind")
+    if kind not in KINDS:
+        raise ValueError(f"models.{name}.kind: unknown {kind!r}; expected one of {KINDS}")
+    if kind in FAMILIES:
+        return sample(load_state(inputs["state"]), n, seed=seed, **spec)
+    if kind == "images":
+        return _source_images(spec["source"], n, paths=paths, workers=workers, name=name)
+    if kind == "checkpoint":
+        return _checkpoint_images(spec, n, seed=seed, inputs=inputs, batch_size=batch_size,
+                                  device=device, trust_pickles=trust_pickles)
+    from distrank.data.images import load_images
+    from distrank.zoo.degrade import degrade
+
+    images, labels = load_images(inputs["heldout"])
+    if kind == "heldout":
+        return images, labels
+    (level,) = spec.values()
+    return degrade(kind, images, labels, level=level, seed=seed)
+
+
+def _source_images(source, n, *, paths, workers, name):
+    """The first n images of a source (streamed from ADM batches)."""
+    from distrank.data.sources import load_source
+
+    images, labels = load_source({**source, "max_images": n}, paths=paths, workers=workers)
+    if len(images) < n:
+        raise ValueError(f"models.{name}: its source has {len(images)} images, fewer than "
+                         f"n_samples={n}")
+    return images, labels
+
+
+def _checkpoint_images(spec, n, *, seed, inputs, batch_size, device, trust_pickles):
+    from distrank.data.sources import resize_images
+    from distrank.zoo.checkpoints import generate_from_checkpoint
+
+    options = {k: spec[k] for k in ("truncation_psi", "class_idx", "num_steps") if k in spec}
+
+    def generate(start, count):
+        return generate_from_checkpoint(
+            inputs["checkpoint"], inputs["code"], n=count, seed=seed + start,
+            batch_size=batch_size, device=device, trust_pickles=trust_pickles, **options)
+
+    if "resolution" not in spec:
+        return generate(0, n)
+    # Image i depends only on seed + i, so chunks make the same images as one call;
+    # each chunk is resized before the next is made.
+    size = spec["resolution"]
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    images, labels = [], []
+    for start in range(0, n, CHECKPOINT_CHUNK):
+        chunk, chunk_labels = generate(start, min(CHECKPOINT_CHUNK, n - start))
+        images.append(resize_images(chunk, size))
+        labels.append(chunk_labels)
+    return np.concatenate(images), None if labels[0] is None else np.concatenate(labels)
 
 
 def _module(family):
@@ -117,3 +197,33 @@ def check_labels(labels, n, n_classes=None) -> np.ndarray:
     if n_classes is not None and n and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"argument 'labels' must lie in 0..{n_classes - 1}")
     return labels.astype(np.int64)
+
+
+def quarter_side(side: int) -> int:
+    """The side of the 4x-downsampled feature map of the zoo's networks (two stride-2
+    layers), for images ``side`` pixels wide."""
+    if side % 4:
+        raise ValueError(f"image side must be a multiple of 4, got {side}")
+    return side // 4
+
+
+def sample_labels(labels, n: int, n_classes: int) -> np.ndarray:
+    """``labels`` checked (int64), or balanced classes ``arange(n) % n_classes``."""
+    if labels is None:
+        return np.arange(n, dtype=np.int64) % n_classes
+    return check_labels(labels, n, n_classes)
+
+
+def load_network(network_cls, state: dict):
+    """The state's network, ``network_cls(z_dim, n_classes, width, side)``, in eval mode."""
+    cfg = state["config"]
+    net = network_cls(cfg["z_dim"], cfg["n_classes"], cfg["width"], cfg["side"])
+    net.load_state_dict(state["generator"])
+    return net.eval()
+
+
+def in_batches(fn, n: int, batch_size: int, side: int) -> np.ndarray:
+    """``fn(start, stop)`` -> uint8 images, over ``n`` rows in batches, concatenated."""
+    if not n:
+        return np.empty((0, side, side), np.uint8)
+    return np.concatenate([fn(i, min(n, i + batch_size)) for i in range(0, n, batch_size)])

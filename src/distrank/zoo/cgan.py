@@ -17,7 +17,16 @@ import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
-from distrank.zoo import check_labels, to_float, to_uint8, torch_session
+from distrank.zoo import (
+    check_labels,
+    in_batches,
+    load_network,
+    quarter_side,
+    sample_labels,
+    to_float,
+    to_uint8,
+    torch_session,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +36,7 @@ __all__ = ["Generator", "Discriminator", "truncated_normal", "train_cgan", "samp
 class Generator(nn.Module):
     def __init__(self, z_dim: int, n_classes: int, width: int, side: int = 28):
         super().__init__()
-        if side % 4:
-            raise ValueError(f"image side must be a multiple of 4, got {side}")
-        self.z_dim, self.width, self.base = z_dim, width, side // 4
+        self.z_dim, self.width, self.base = z_dim, width, quarter_side(side)
         self.embed = nn.Embedding(n_classes, z_dim)
         self.fc = nn.Linear(2 * z_dim, 2 * width * self.base**2)
         self.net = nn.Sequential(
@@ -170,16 +177,11 @@ def sample_cgan(state: dict, n: int, *, seed: int, truncation: float | None = No
     (images uint8 (n, H, W), labels int64 (n,))
     """
     cfg = state["config"]
-    labels = (np.arange(n) % cfg["n_classes"] if labels is None
-              else check_labels(labels, n, cfg["n_classes"]))
+    labels = sample_labels(labels, n, cfg["n_classes"])
     with torch_session(seed, threads):
-        gen = Generator(cfg["z_dim"], cfg["n_classes"], cfg["width"], cfg["side"])
-        gen.load_state_dict(state["generator"])
-        gen.eval()
+        gen = load_network(Generator, state)
         z = truncated_normal(n, cfg["z_dim"], truncation, torch.Generator().manual_seed(seed))
-        y = torch.from_numpy(labels.astype(np.int64))
-        images = np.concatenate(
-            [to_uint8(gen(z[i:i + batch_size], y[i:i + batch_size]))
-             for i in range(0, n, batch_size)]
-        ) if n else np.empty((0, cfg["side"], cfg["side"]), np.uint8)
-    return images, labels.astype(np.int64)
+        y = torch.from_numpy(labels)
+        images = in_batches(lambda a, b: to_uint8(gen(z[a:b], y[a:b])), n, batch_size,
+                            cfg["side"])
+    return images, labels

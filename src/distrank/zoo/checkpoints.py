@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from distrank._checks import positive_int
+
 __all__ = [
     "EDM",
     "STYLEGAN2_ADA",
@@ -135,12 +137,9 @@ def generate_from_checkpoint(
             "in the file (and in the upstream repository it needs) with your permissions. Set "
             "trust_pickles: true in the config (trust_pickles=True) only for checkpoints from "
             "a source you trust, such as NVIDIA's published ones verified by checksum")
-    if not _is_int(n) or n < 1:
-        raise ValueError(f"argument 'n' must be a positive integer, got {n!r}")
-    if not _is_int(batch_size) or batch_size < 1:
-        raise ValueError(f"argument 'batch_size' must be a positive integer, got {batch_size!r}")
-    if not _is_int(seed) or seed < 0:
-        raise ValueError(f"argument 'seed' must be a non-negative integer, got {seed!r}")
+    positive_int(n, "argument 'n'")
+    positive_int(batch_size, "argument 'batch_size'")
+    positive_int(seed, "argument 'seed'", minimum=0)
     if noise_mode not in ("const", "random", "none"):
         raise ValueError(f"argument 'noise_mode' must be 'const', 'random' or 'none', "
                          f"got {noise_mode!r}")
@@ -150,7 +149,9 @@ def generate_from_checkpoint(
 
     import torch
 
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    from distrank._backend import resolve_device
+
+    device = resolve_device(device)
     with upstream_code(code_root):
         networks = _load_pickle(pkl_path, code_root)
         if "G_ema" in networks:

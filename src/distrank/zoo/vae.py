@@ -18,7 +18,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from distrank.zoo import check_labels, to_float, torch_session
+from distrank.zoo import (
+    check_labels,
+    in_batches,
+    load_network,
+    quarter_side,
+    sample_labels,
+    to_float,
+    torch_session,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +36,7 @@ __all__ = ["VAE", "train_vae", "sample_vae"]
 class VAE(nn.Module):
     def __init__(self, z_dim: int, n_classes: int, width: int, side: int = 28):
         super().__init__()
-        if side % 4:
-            raise ValueError(f"image side must be a multiple of 4, got {side}")
-        self.n_classes, self.width, self.base = n_classes, width, side // 4
+        self.n_classes, self.width, self.base = n_classes, width, quarter_side(side)
         hidden = 2 * width * self.base**2
         self.encoder = nn.Sequential(
             nn.Conv2d(1, width, 4, 2, 1), nn.ReLU(),
@@ -128,19 +134,13 @@ def sample_vae(state: dict, n: int, *, seed: int, temperature: float = 1.0, labe
     if not temperature >= 0:
         raise ValueError(f"argument 'temperature' must be >= 0, got {temperature!r}")
     cfg = state["config"]
-    labels = (np.arange(n) % cfg["n_classes"] if labels is None
-              else check_labels(labels, n, cfg["n_classes"]))
+    labels = sample_labels(labels, n, cfg["n_classes"])
     with torch_session(seed, threads):
-        vae = VAE(cfg["z_dim"], cfg["n_classes"], cfg["width"], cfg["side"])
-        vae.load_state_dict(state["generator"])
-        vae.eval()
-        y = torch.from_numpy(labels.astype(np.int64))
+        vae = load_network(VAE, state)
+        y = torch.from_numpy(labels)
         eps = torch.randn(n, cfg["z_dim"], generator=torch.Generator().manual_seed(seed))
         z = vae.prior_mean(y) + temperature * eps
-        batches = [
-            torch.sigmoid(vae.decode(z[i:i + batch_size], y[i:i + batch_size]))
-            .squeeze(1).mul(255).round().to(torch.uint8).numpy()
-            for i in range(0, n, batch_size)
-        ]
-    images = np.concatenate(batches) if n else np.empty((0, cfg["side"], cfg["side"]), np.uint8)
-    return images, labels.astype(np.int64)
+        images = in_batches(
+            lambda a, b: torch.sigmoid(vae.decode(z[a:b], y[a:b]))
+            .squeeze(1).mul(255).round().to(torch.uint8).numpy(), n, batch_size, cfg["side"])
+    return images, labels

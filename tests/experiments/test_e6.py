@@ -6,8 +6,8 @@ import pytest
 from scipy import stats
 
 from distrank.report.figures import save
-from distrank.study.e6 import PRDC, e6_figure, e6_table
-from study_testkit import clustered_clients, tidy
+from distrank.experiments.e6_prdc import PRDC, e6_figure, e6_table
+from experiments_testkit import clustered_clients, tidy
 
 
 @pytest.fixture(scope="module")

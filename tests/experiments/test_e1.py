@@ -5,8 +5,8 @@ import pytest
 from scipy import stats
 
 from distrank.report.figures import save
-from distrank.study.e1 import e1_figure, e1_table
-from study_testkit import clustered_clients, score_models, tidy
+from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
+from experiments_testkit import clustered_clients, score_models, tidy
 
 
 @pytest.fixture(scope="module")

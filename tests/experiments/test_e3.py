@@ -7,7 +7,7 @@ import scipy.integrate
 import scipy.linalg
 
 from distrank.report.figures import save
-from distrank.study.e3 import (
+from distrank.experiments.e3_gaussian_theory import (
     GaussianClients,
     barycenter_covariance,
     covariance_path,

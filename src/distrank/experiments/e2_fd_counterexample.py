@@ -47,16 +47,58 @@ Only per-client and G1 Gaussian statistics are used; the FDs are evaluated with
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from distrank.clients import client_weights
+from distrank.experiments import Outputs, check_scores, collected
 from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.study import check_scores
 
-__all__ = ["G2Design", "design_g2", "construct_g2", "e2_table", "e2_figure"]
+__all__ = ["G1", "G2", "G2Design", "design_g2", "construct_g2", "write_models", "e2_table",
+           "e2_figure", "run"]
+
+#: The two models of the experiment, built in feature space by :func:`write_models`.
+G1, G2 = "e2-G1", "e2-G2"
+
+
+def check(settings: Mapping, config: Mapping) -> None:
+    from distrank.config import check_model
+
+    check_model(config, "experiments.E2.base_model", settings["base_model"])
+
+
+def scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
+    return settings["partition"], [G1, G2]
+
+
+def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
+    table = e2_table(collected(inputs, context), g1=G1, g2=G2)
+    return Outputs({"": table}, {"": e2_figure(table, context["extractor"])})
+
+
+def write_models(client_paths: Sequence, base_path, g1_path, g2_path, *,
+                 classes: Sequence[int] | None, seed: int) -> None:
+    """Centralized pre-step: G1 is the base model's features, restricted to the
+    clients' classes when both are known; G2 is :func:`construct_g2` from the pooled
+    client features."""
+    from distrank._io import atomic_path
+    from distrank.federation import load_features
+
+    parts = [load_features(p) for p in client_paths]
+    reference = np.concatenate(parts)
+    clients = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+    with np.load(base_path, allow_pickle=False) as base:
+        g1 = base["features"]
+        if classes is not None and "labels" in base.files:
+            g1 = g1[np.isin(base["labels"], classes)]
+    g2 = construct_g2(reference, clients, g1, random_state=seed)
+    for path, feats in ((g1_path, g1), (g2_path, g2)):
+        with atomic_path(path) as tmp:
+            np.savez(tmp, features=feats)
 
 
 @dataclass(frozen=True)
@@ -73,14 +115,6 @@ class G2Design:
     def apply(self, y1: np.ndarray) -> np.ndarray:
         y1 = np.asarray(y1, dtype=np.float64)
         return self.center + self.shift + self.scale * (y1 - self.center)
-
-
-def _client_weights(counts: np.ndarray, weights: str) -> np.ndarray:
-    if weights == "size":
-        return counts / counts.sum()
-    if weights == "uniform":
-        return np.full(len(counts), 1.0 / len(counts))
-    raise ValueError(f"weights must be 'size' or 'uniform', got {weights!r}")
 
 
 def _unit_normal_to(directions: np.ndarray, d: int, random_state: int) -> np.ndarray:
@@ -151,7 +185,7 @@ def design_g2(
 
     client_stats = [gaussian_stats(reference[clients == c]) for c in labels]
     g1 = gaussian_stats(y1)
-    lam = _client_weights(np.array([st.n for st in client_stats], dtype=np.float64), weights)
+    lam = client_weights([st.n for st in client_stats], weights)
     m, b = g1.mean, float(np.trace(g1.cov))
     everyone = [*client_stats, pool_stats(client_stats)]
     fds = frechet_distances(everyone, [g1])[:, 0]
@@ -183,23 +217,16 @@ def design_g2(
     )
 
 
-def construct_g2(
-    reference: np.ndarray,
-    clients: np.ndarray,
-    y1: np.ndarray,
-    *,
-    scale: float | None = None,
-    weights: str = "size",
-    random_state: int = 0,
-) -> np.ndarray:
+def construct_g2(reference: np.ndarray, clients: np.ndarray, y1: np.ndarray,
+                 **options) -> np.ndarray:
     """G2 features (float64, same shape as ``y1``): same per-client FD and FD_avg as
-    G1, different FD_all. Arguments as in :func:`design_g2`.
+    G1, different FD_all. Arguments and ``options`` (``scale``, ``weights``,
+    ``random_state``) as in :func:`design_g2`.
 
     Storing the result as float32 perturbs the FD match by about float32 rounding
     (relative 1e-6 or less).
     """
-    design = design_g2(reference, clients, y1, scale=scale, weights=weights, random_state=random_state)
-    return design.apply(y1)
+    return design_g2(reference, clients, y1, **options).apply(y1)
 
 
 def e2_table(scores: pd.DataFrame, *, g1: str = "G1", g2: str = "G2") -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Independent reference computations for the study tests (numpy/scipy only, no
+"""Independent reference computations for the experiment tests (numpy/scipy only, no
 ``distrank.metrics``), and a builder for tidy score tables."""
 
 from __future__ import annotations

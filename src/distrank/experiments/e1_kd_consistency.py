@@ -15,23 +15,28 @@ order ("rank flips").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from distrank.experiments import Outputs, collected, zoo_scores, discordant_pairs, per_model
+from distrank.metrics.registry import display
 from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.study import (
-    HIGHER_IS_BETTER,
-    METRIC_COLUMN_NAMES,
-    aggregates_wide,
-    discordant_pairs,
-    rank_agreement,
-    rank_models,
-)
 
-__all__ = ["e1_table", "e1_figure"]
+__all__ = ["e1_table", "e1_figure", "run"]
+
+TABLES = ("", "_agreement")
+
+
+scores = zoo_scores
+
+
+def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
+    table, agreement = e1_table(collected(inputs, context))
+    return Outputs({"": table, "_agreement": agreement},
+                   {"": e1_figure(table, context["extractor"])})
 
 
 def e1_table(scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -45,26 +50,15 @@ def e1_table(scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")) -> tup
 
     Returns
     -------
-    per_model : one row per model, sorted by the first metric's ``all`` score (best
-        first): ``model``, then per metric ``<M>_all``, ``<M>_avg``, ``<M>_gap``
-        (``avg - all``), then ``<M>_all_rank``, ``<M>_avg_rank`` (1 = best).
+    per_model : :func:`distrank.experiments.per_model` with ``<M>_gap`` (``avg - all``),
+        sorted by the first metric's ``all`` rank (best first).
     agreement : per metric ``kendall_tau`` (tau-b of avg vs all), ``p_value``,
         ``n_models``, ``rank_flips`` (discordant model pairs).
     """
-    wide = aggregates_wide(scores, metrics)
-    names = [METRIC_COLUMN_NAMES.get(m, m) for m in metrics]
-    table = wide[["model"]].copy()
-    for name in names:
-        table[f"{name}_all"] = wide[f"{name}_all"]
-        table[f"{name}_avg"] = wide[f"{name}_avg"]
-        table[f"{name}_gap"] = wide[f"{name}_avg"] - wide[f"{name}_all"]
-    for metric, name in zip(metrics, names):
-        higher = HIGHER_IS_BETTER.get(metric, False)
-        for agg in ("all", "avg"):
-            table[f"{name}_{agg}_rank"] = rank_models(wide[f"{name}_{agg}"], higher_is_better=higher)
-    first = names[0]
+    table, agreement = per_model(scores, metrics, difference="gap")
+    first = display(metrics[0])
     table = table.sort_values([f"{first}_all_rank", "model"], kind="mergesort").reset_index(drop=True)
-    return table, rank_agreement(wide, metrics)
+    return table, agreement
 
 
 def _slope_one_fit(ax, x: np.ndarray, y: np.ndarray, unit: str) -> float:
@@ -93,7 +87,7 @@ def e1_figure(table: pd.DataFrame, extractor: str, *, kd: str = "kd", fd: str = 
     with paper_style():
         fig, axes = new_figure(1, 2, width="double", height=2.9)
         for ax, metric, flips in ((axes[0, 0], kd, False), (axes[0, 1], fd, True)):
-            name = METRIC_COLUMN_NAMES.get(metric, metric)
+            name = display(metric)
             x = table[f"{name}_all"].to_numpy(float)
             y = table[f"{name}_avg"].to_numpy(float)
             _slope_one_fit(ax, x, y, metric_name(metric, extractor))

@@ -1,4 +1,4 @@
-"""Shared helpers of distrank.study: wide tables, ranks, rank agreement."""
+"""Shared helpers of distrank.experiments: wide tables, ranks, rank agreement."""
 
 import itertools
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from distrank.study import aggregates_wide, discordant_pairs, rank_agreement, rank_models
-from study_testkit import tidy
+from distrank.experiments import aggregates_wide, discordant_pairs, rank_agreement, rank_models
+from experiments_testkit import tidy
 
 
 def _scores(fd_all, fd_avg):

@@ -1,6 +1,6 @@
 """E2 (Proposition 1): G2 has G1's FD at every client, a different FD_all; KD separates them.
 
-FDs are recomputed here with scipy's sqrtm (study_testkit.fd_scipy), not with the
+FDs are recomputed here with scipy's sqrtm (experiments_testkit.fd_scipy), not with the
 distrank implementation the construction uses.
 """
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from distrank.report.figures import save
-from distrank.study.e2 import construct_g2, design_g2, e2_figure, e2_table
-from study_testkit import clustered_clients, fd_scipy, kd_vstat, score_models
+from distrank.experiments.e2_fd_counterexample import construct_g2, design_g2, e2_figure, e2_table
+from experiments_testkit import clustered_clients, fd_scipy, kd_vstat, score_models
 
 
 @pytest.fixture(scope="module")

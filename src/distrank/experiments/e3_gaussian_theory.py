@@ -44,14 +44,25 @@ and t = 1.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from distrank.experiments import Outputs
 from distrank.report.figures import new_figure, paper_style
+
+TABLES = ("", "_curves")
+
+
+def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
+    """E3 needs no data: the settings give the clients and the covariance grid."""
+    s = settings
+    t = np.round(np.linspace(s["t_min"], s["t_max"], s["n_points"]), 10)
+    curves = e3_curves(ring_clients(s["n_clients"], s["dim"]), t, bandwidth=s["bandwidth"])
+    return Outputs({"": e3_table(curves), "_curves": curves}, {"": e3_figure(curves)})
 
 __all__ = [
     "GaussianClients",

@@ -11,18 +11,28 @@ than each client's, so these need not agree (paper, Sec. "other metrics").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from distrank.experiments import Outputs, collected, zoo_scores, per_model
+from distrank.metrics.registry import PRDC, display
 from distrank.report.figures import metric_label, new_figure, paper_style
-from distrank.study import HIGHER_IS_BETTER, METRIC_COLUMN_NAMES, aggregates_wide, rank_agreement, rank_models
 
-__all__ = ["PRDC", "e6_table", "e6_figure"]
+__all__ = ["PRDC", "e6_table", "e6_figure", "run"]
 
-PRDC = ("precision", "recall", "density", "coverage")
+TABLES = ("", "_agreement")
+
+
+scores = zoo_scores
+
+
+def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
+    table, agreement = e6_table(collected(inputs, context))
+    return Outputs({"": table, "_agreement": agreement},
+                   {"": e6_figure(table, context["extractor"])})
 
 
 def e6_table(scores: pd.DataFrame, metrics: Sequence[str] = PRDC) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -30,26 +40,13 @@ def e6_table(scores: pd.DataFrame, metrics: Sequence[str] = PRDC) -> tuple[pd.Da
 
     Returns
     -------
-    per_model : one row per model (sorted by name): per metric ``<M>_all``,
-        ``<M>_avg``, ``<M>_absdiff`` (:math:`|all - avg|`), then ``<M>_all_rank`` and
-        ``<M>_avg_rank`` (1 = best = highest).
+    per_model : :func:`distrank.experiments.per_model` with ``<M>_absdiff``
+        (:math:`|all - avg|`), sorted by model name.
     agreement : per metric ``kendall_tau`` (avg vs all), ``p_value``, ``n_models``,
         ``rank_flips``, ``max_absdiff`` (largest :math:`|all - avg|` over models).
     """
-    wide = aggregates_wide(scores, metrics)
-    names = [METRIC_COLUMN_NAMES.get(m, m) for m in metrics]
-    table = wide[["model"]].copy()
-    for name in names:
-        table[f"{name}_all"] = wide[f"{name}_all"]
-        table[f"{name}_avg"] = wide[f"{name}_avg"]
-        table[f"{name}_absdiff"] = (wide[f"{name}_all"] - wide[f"{name}_avg"]).abs()
-    for metric, name in zip(metrics, names):
-        for agg in ("all", "avg"):
-            table[f"{name}_{agg}_rank"] = rank_models(
-                wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER.get(metric, True)
-            )
-    agreement = rank_agreement(wide, metrics)
-    agreement["max_absdiff"] = [float(table[f"{name}_absdiff"].max()) for name in names]
+    table, agreement = per_model(scores, metrics, difference="absdiff")
+    agreement["max_absdiff"] = [float(table[f"{display(m)}_absdiff"].max()) for m in metrics]
     return table, agreement
 
 
@@ -64,7 +61,7 @@ def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC
     with paper_style():
         fig, axes = new_figure(2, 2, width="double", height=5.4)
         for letter, ax, metric in zip("abcd", axes.flat, metrics):
-            name = METRIC_COLUMN_NAMES.get(metric, metric)
+            name = display(metric)
             x = table[f"{name}_all"].to_numpy(float)
             y = table[f"{name}_avg"].to_numpy(float)
             lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))

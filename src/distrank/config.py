@@ -1,0 +1,114 @@
+"""Cross-key checks of a study config, after the schema (workflow/schemas/) has
+checked each key on its own. Torch-free and Snakemake-free, so every check is a
+unit test on a config dict.
+
+    from distrank.config import check
+    warnings = check(config)     # ValueError naming the key path, else warnings
+
+Each check raises ``ValueError("config: <key path> ...")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from distrank import zoo
+from distrank.clients import NEEDS_LABELS
+
+
+def check(config: Mapping) -> list[str]:
+    """Run every cross-key check of ``config``; returns the warnings to show."""
+    from distrank import experiments
+
+    _check_models(config)
+    _check_sources(config)
+    for key, settings in config.get("experiments", {}).items():
+        experiment = experiments.get(key)
+        if "partition" in settings:
+            check_partition(config, f"experiments.{key}.partition", settings["partition"])
+        experiment.check(settings, config)
+    _check_labels(config)
+    return _warnings(config)
+
+
+def check_partition(config: Mapping, where: str, name: str) -> None:
+    if name not in config["partitions"]:
+        raise ValueError(f"config: {where} is {name!r}, not one of partitions: "
+                         f"{sorted(config['partitions'])}")
+
+
+def check_model(config: Mapping, where: str, name: str) -> None:
+    if name not in config["models"]:
+        raise ValueError(f"config: {where} {name!r} is not one of models: "
+                         f"{sorted(config['models'])}")
+
+
+def _check_models(config: Mapping) -> None:
+    for name, spec in config["models"].items():
+        kind = spec["kind"]
+        if kind in zoo.FAMILIES and kind not in config.get("zoo", {}):
+            raise ValueError(f"config: models.{name} is a {kind}, but zoo.{kind} is not set")
+        if kind in zoo.FROM_HELDOUT and "heldout" not in config:
+            raise ValueError(f"config: models.{name} is a {kind} model, made from held-out "
+                             "real images, but the config has no heldout")
+        if kind == "images" and "max_images" in spec["source"]:
+            raise ValueError(f"config: models.{name}.source.max_images: an images model takes "
+                             "the first n_samples images of its source; set n_samples instead")
+        if kind == "checkpoint":
+            _check_artifact(config, f"models.{name}.checkpoint", spec["checkpoint"],
+                            extract=False)
+            _check_artifact(config, f"models.{name}.code", spec["code"], extract=True)
+
+
+def sources(config: Mapping) -> dict[str, Mapping]:
+    """Every image source of the config, keyed by its key path."""
+    found = {s: config[s]["source"] for s in ("reference", "heldout") if s in config}
+    for name, spec in config["models"].items():
+        if spec["kind"] == "images":
+            found[f"models.{name}"] = spec["source"]
+    return found
+
+
+def _check_sources(config: Mapping) -> None:
+    for where, source in sources(config).items():
+        if "artifact" in source:  # a folder reads an unpacked archive, npz and cifar10 the file
+            _check_artifact(config, f"{where}.source.artifact", source["artifact"],
+                            extract=source["kind"] == "folder")
+
+
+def _check_artifact(config: Mapping, where: str, name: str, *, extract: bool) -> None:
+    downloads = config.get("downloads", {})
+    if name not in downloads:
+        raise ValueError(f"config: {where} is {name!r}, not one of downloads: "
+                         f"{sorted(downloads)}")
+    if downloads[name]["extract"] != extract:
+        raise ValueError(f"config: {where} {name!r} is read "
+                         f"{'unpacked' if extract else 'as a file'}, so downloads.{name}.extract "
+                         f"must be {str(extract).lower()}")
+
+
+def labelled(source: Mapping) -> bool:
+    """False where the source surely has no labels: a folder not labelled by subfolder."""
+    return source["kind"] != "folder" or source.get("labels_from_subfolders", False)
+
+
+def _check_labels(config: Mapping) -> None:
+    if labelled(config["reference"]["source"]):
+        return
+    needs = ["reference.per_class"] if "per_class" in config["reference"] else []
+    used = {e["partition"] for e in config["experiments"].values() if "partition" in e}
+    needs += [f"partitions.{p} ({config['partitions'][p]['kind']})" for p in sorted(used)
+              if config["partitions"][p]["kind"] in NEEDS_LABELS]
+    if needs:
+        raise ValueError(f"config: {', '.join(needs)} need(s) class labels, but "
+                         "reference.source is a folder without labels_from_subfolders; use n "
+                         "and kmeans partitions")
+
+
+def _warnings(config: Mapping) -> list[str]:
+    checkpoints = [m for m, spec in config["models"].items() if spec["kind"] == "checkpoint"]
+    if checkpoints and not config.get("trust_pickles", False):
+        return [f"config: trust_pickles is false, so generating {', '.join(checkpoints)} will "
+                "fail: loading a network pickle runs code from it. Set trust_pickles: true "
+                "only for checkpoints you trust (e.g. NVIDIA's, verified by checksum)."]
+    return []

@@ -1,0 +1,20 @@
+# E1: KD consistency across the model zoo (Theorem 1), FD rank flips.
+localrules:
+    E1,
+
+
+rule E1:
+    input:
+        **experiment_scores("E1"),
+    output:
+        **experiment_outputs("E1"),
+    params:
+        **experiment_params("E1"),
+    log:
+        f"{LOGS}/E1.log",
+    benchmark:
+        f"{BENCH}/E1.tsv"
+    conda:
+        "../../../envs/core.yaml"
+    script:
+        "../../../scripts/experiment.py"
