@@ -2,7 +2,8 @@
 # Idempotent set-up: the virtual environment at .venv/ with distrank installed,
 # and the offline Fashion-MNIST files from Debian when we may install them.
 #   ./setup.sh          everything the pipeline needs
-#   ./setup.sh --test   plus the test dependencies and a local SLURM (root only)
+#   ./setup.sh --test   plus the test dependencies, a local SLURM and headless chromium
+#                       for the report page tests (Debian packages: root only)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -10,7 +11,7 @@ extra=pipeline
 debs=(dataset-fashion-mnist)
 if [[ "${1:-}" == "--test" ]]; then
   extra=test
-  debs+=(munge slurm-wlm slurmctld slurmd slurm-client)
+  debs+=(munge slurm-wlm slurmctld slurmd slurm-client chromium)
 fi
 
 # Debian packages: only as root, only what is missing.

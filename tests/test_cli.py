@@ -1,5 +1,8 @@
-"""`distrank score`: the CSV it writes, what it prints, and the errors that leave no file."""
+"""`distrank score` on feature files: the table it writes (csv, json, markdown), what it
+prints, the defaults it takes from the library, and the errors that leave no file."""
 
+import inspect
+import json
 import subprocess
 import sys
 
@@ -7,8 +10,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distrank.cli import main
+from distrank.cli import EXIT_INPUT, build_parser, main
 from distrank.metrics import score
+from distrank.metrics.registry import METRIC_KEYS
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny inputs; LAPACK threads only contend on a busy machine
+    yield
+    torch.set_num_threads(saved)
+
 
 RNG = np.random.default_rng(7)
 D = 4
@@ -18,9 +33,11 @@ D = 4
 def files(tmp_path):
     clients = np.array(["north", "south", "east"])[RNG.integers(0, 3, size=90)]
     x = RNG.normal(size=(90, D)) + (clients == "south")[:, None] * 2.0
-    models = {"good": RNG.normal(0.5, 1.2, size=(60, D)),
-              "bad": RNG.normal(3.0, 0.3, size=(50, D)),
-              "odd": RNG.normal(-1.0, 2.0, size=(40, D))}
+    models = {
+        "good": RNG.normal(0.5, 1.2, size=(60, D)),
+        "bad": RNG.normal(3.0, 0.3, size=(50, D)),
+        "odd": RNG.normal(-1.0, 2.0, size=(40, D)),
+    }
     np.savez(tmp_path / "ref.npz", features=x.astype(np.float32), clients=clients)
     for name, y in models.items():
         np.savez(tmp_path / f"{name}.npz", features=y.astype(np.float32))
@@ -33,8 +50,18 @@ def model_args(path, names=("good", "bad", "odd")):
 
 def test_score_writes_the_tidy_table_and_prints_a_summary(files, capsys):
     out = files / "out" / "scores.csv"
-    status = main(["score", "--reference", str(files / "ref.npz"), *model_args(files),
-                   "--dtype", "float64", "--out", str(out)])
+    status = main(
+        [
+            "score",
+            "--reference",
+            str(files / "ref.npz"),
+            *model_args(files),
+            "--dtype",
+            "float64",
+            "--out",
+            str(out),
+        ]
+    )
     assert status == 0
     table = pd.read_csv(out, keep_default_na=False)
     assert list(table.columns) == ["model", "metric", "aggregation", "client", "value"]
@@ -50,17 +77,47 @@ def test_score_writes_the_tidy_table_and_prints_a_summary(files, capsys):
 
 def test_score_options_reach_the_metrics(files):
     out = files / "scores.csv"
-    status = main(["score", "--reference", str(files / "ref.npz"), *model_args(files),
-                   "--metric", "kd", "recall", "--kernel", "rbf", "--kernel-param",
-                   "bandwidth=1.5", "--kd-estimator", "biased", "--weights", "uniform",
-                   "--pr-k", "2", "--dtype", "float64", "--out", str(out)])
+    status = main(
+        [
+            "score",
+            "--reference",
+            str(files / "ref.npz"),
+            *model_args(files),
+            "--metric",
+            "kd",
+            "recall",
+            "--kernel",
+            "rbf",
+            "--kernel-param",
+            "bandwidth=1.5",
+            "--kd-estimator",
+            "biased",
+            "--weights",
+            "uniform",
+            "--pr-k",
+            "2",
+            "--dtype",
+            "float64",
+            "--out",
+            str(out),
+        ]
+    )
     assert status == 0
     table = pd.read_csv(out, keep_default_na=False)
     with np.load(files / "ref.npz") as ref:
         models = {n: np.load(files / f"{n}.npz")["features"] for n in ("good", "bad", "odd")}
-        expected = score(ref["features"], ref["clients"], models, metrics=["kd", "recall"],
-                         kernel="rbf", kernel_params={"bandwidth": 1.5}, kd_estimator="biased",
-                         weights="uniform", pr_k=2, dtype="float64")
+        expected = score(
+            ref["features"],
+            ref["clients"],
+            models,
+            metrics=["kd", "recall"],
+            kernel="rbf",
+            kernel_params={"bandwidth": 1.5},
+            kd_estimator="biased",
+            weights="uniform",
+            pr_k=2,
+            dtype="float64",
+        )
     pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-12)
 
 
@@ -96,14 +153,33 @@ def broken(files, kind):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["missing clients", "nan model", "dimension", "empty model",
-                                  "missing file", "small client", "clients length"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "missing clients",
+        "nan model",
+        "dimension",
+        "empty model",
+        "missing file",
+        "small client",
+        "clients length",
+    ],
+)
 def test_bad_input_names_the_file_and_leaves_no_output(files, capsys, kind):
     extra, expected = broken(files, kind)
     out = files / "scores.csv"
-    status = main(["score", "--reference", str(files / "ref.npz"), *model_args(files),
-                   *extra, "--out", str(out)])
-    assert status == 2
+    status = main(
+        [
+            "score",
+            "--reference",
+            str(files / "ref.npz"),
+            *model_args(files),
+            *extra,
+            "--out",
+            str(out),
+        ]
+    )
+    assert status == EXIT_INPUT == 3
     err = capsys.readouterr().err
     for text in expected:
         assert text in err
@@ -112,13 +188,149 @@ def test_bad_input_names_the_file_and_leaves_no_output(files, capsys, kind):
 
 def test_bad_model_spec_is_a_usage_error(files, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["score", "--reference", str(files / "ref.npz"), "--model", "nopath",
-              "--out", str(files / "s.csv")])
+        main(
+            [
+                "score",
+                "--reference",
+                str(files / "ref.npz"),
+                "--model",
+                "nopath",
+                "--out",
+                str(files / "s.csv"),
+            ]
+        )
     assert exit_.value.code == 2
-    assert "expected NAME=PATH.npz" in capsys.readouterr().err
+    assert "expected NAME=PATH" in capsys.readouterr().err
 
 
-def test_python_dash_m_distrank_runs_the_cli():
-    done = subprocess.run([sys.executable, "-m", "distrank", "score", "--help"],
-                          capture_output=True, text=True, check=True)
+def test_python_dash_m_distrank_runs_the_cli_and_documents_exit_codes():
+    done = subprocess.run(
+        [sys.executable, "-m", "distrank", "score", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "--reference" in done.stdout and "--kd-estimator" in done.stdout
+    assert "exit status:" in done.stdout
+    for code in ("0", "1", "2", "3", "4", "130"):
+        assert f"\n  {code} " in done.stdout
+    top = subprocess.run(
+        [sys.executable, "-m", "distrank", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "exit status:" in top.stdout and "extract" in top.stdout and "report" in top.stdout
+
+
+def test_score_defaults_are_the_librarys():
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(score).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    args = build_parser("score").parse_args(
+        ["score", "--reference", "r.npz", "--model", "a=a.npz", "--out", "s.csv"]
+    )
+    assert args.metrics == list(defaults["metrics"]) == list(METRIC_KEYS)
+    for name in (
+        "kernel",
+        "kd_estimator",
+        "n_subsets",
+        "subset_size",
+        "seed",
+        "weights",
+        "pr_k",
+        "dc_k",
+        "dtype",
+    ):
+        assert getattr(args, name) == defaults[name], name
+    from distrank.features.base import get_extractor
+
+    assert args.extractor == inspect.signature(get_extractor).parameters["name"].default
+
+
+def test_clients_given_one_by_one_equal_the_reference_file(files):
+    with np.load(files / "ref.npz") as ref:
+        x, clients = ref["features"], ref["clients"]
+    args = []
+    for name in ("north", "south", "east"):
+        np.savez(files / f"client_{name}.npz", features=x[clients == name])
+        args += ["--client", f"{name}={files / f'client_{name}.npz'}"]
+    main(
+        [
+            "score",
+            *args,
+            *model_args(files),
+            "--dtype",
+            "float64",
+            "--out",
+            str(files / "split.csv"),
+        ]
+    )
+    main(
+        [
+            "score",
+            "--reference",
+            str(files / "ref.npz"),
+            *model_args(files),
+            "--dtype",
+            "float64",
+            "--out",
+            str(files / "whole.csv"),
+        ]
+    )
+    split = pd.read_csv(files / "split.csv", keep_default_na=False)
+    whole = pd.read_csv(files / "whole.csv", keep_default_na=False)
+    key = ["model", "metric", "aggregation", "client"]
+    pd.testing.assert_frame_equal(
+        split.sort_values(key).reset_index(drop=True),
+        whole.sort_values(key).reset_index(drop=True),
+        check_exact=False,
+        rtol=1e-9,
+    )
+
+
+def test_json_and_markdown_formats(files, capsys):
+    ref = ["score", "--reference", str(files / "ref.npz"), *model_args(files), "-q"]
+    assert main([*ref, "--out", str(files / "s.csv")]) == 0
+    table = pd.read_csv(files / "s.csv", keep_default_na=False)
+    meta = json.loads((files / "s.csv.meta.json").read_text())
+    assert meta["options"]["weights"] == "size" and meta["extractor"] is None
+    labels = np.load(files / "ref.npz")["clients"]
+    assert {c: v["n"] for c, v in meta["reference"].items()} == {
+        c: int((labels == c).sum()) for c in np.unique(labels)
+    }
+    assert main([*ref, "--out", str(files / "s.json")]) == 0
+    data = json.loads((files / "s.json").read_text())
+    pd.testing.assert_frame_equal(pd.DataFrame(data["scores"]), table)
+    assert data["meta"] == meta
+    assert main([*ref, "--out", str(files / "s.txt"), "--format", "markdown"]) == 0
+    text = (files / "s.txt").read_text()
+    wide = table[table.aggregation == "all"].set_index(["model", "metric"])["value"]
+    assert "| model" in text and "KD_all" in text and "Kendall tau" in text
+    assert f"{wide[('good', 'kd')]:.6g}" in text
+    capsys.readouterr()
+
+
+def test_report_of_a_score_table_and_a_broken_one(files, capsys):
+    out = files / "s.csv"
+    assert (
+        main(
+            [
+                "score",
+                "--reference",
+                str(files / "ref.npz"),
+                *model_args(files),
+                "-q",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert main(["report", str(out), "--out", str(files / "page.html")]) == 0
+    page = (files / "page.html").read_text()
+    assert "Which metrics are safe to average" in page and "Kendall tau" in page
+    bad = files / "bad.csv"
+    bad.write_text("model,metric,aggregation,client,value\ngood,kd,all,,oops\n")
+    assert main(["report", str(bad), "--out", str(files / "bad.html")]) == EXIT_INPUT
+    assert f"{bad} line 2: 'value' is not a number" in capsys.readouterr().err
+    assert not (files / "bad.html").exists()

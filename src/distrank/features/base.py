@@ -26,11 +26,15 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from distrank._backend import resolve_device  # noqa: F401  (the extractors import it from here)
+from distrank._progress import progress
+
 from .preprocess import check_images
 
 __all__ = [
     "Extractor",
     "available_extractors",
+    "backends",
     "get_extractor",
     "package_versions",
     "register_extractor",
@@ -41,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # name -> "module:factory" (imported on first use, so that e.g. timm is only
 # imported when a DINOv2 extractor is asked for) or a callable.
-_REGISTRY: dict[str, str | Callable[..., "Extractor"]] = {
+_REGISTRY: dict[str, str | Callable[..., Extractor]] = {
     "efficientnet_lite0": "distrank.features.efficientnet:build_efficientnet_lite0",
     "inception": "distrank.features.inception:build_inception",
     "dinov2_vits14": "distrank.features.dinov2:build_dinov2_vits14",
@@ -50,10 +54,13 @@ _REGISTRY: dict[str, str | Callable[..., "Extractor"]] = {
 }
 
 BACKENDS = ("torch", "onnx")
+# The extractors that also run under onnxruntime (every one runs under torch).
+_ONNX = frozenset({"efficientnet_lite0"})
 
 
-def register_extractor(name: str, factory: str | Callable[..., "Extractor"]) -> None:
-    """Register a factory ``f(*, backend, device, cache_dir, **kwargs) -> Extractor`` under ``name``."""
+def register_extractor(name: str, factory: str | Callable[..., Extractor]) -> None:
+    """Register a factory ``f(*, backend, device, cache_dir, **kwargs) -> Extractor``
+    under ``name``."""
     if name in _REGISTRY:
         raise ValueError(f"an extractor named {name!r} is already registered")
     _REGISTRY[name] = factory
@@ -64,13 +71,20 @@ def available_extractors() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def backends(name: str) -> tuple[str, ...]:
+    """The backends the named extractor can be built with (``"torch"`` always)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown extractor {name!r}; choose one of {available_extractors()}")
+    return BACKENDS if name in _ONNX else ("torch",)
+
+
 def get_extractor(
     name: str = "efficientnet_lite0",
     backend: str = "torch",
     device: str | torch.device | None = None,
     cache_dir: str | None = None,
     **kwargs,
-) -> "Extractor":
+) -> Extractor:
     """Build the named extractor.
 
     Parameters
@@ -96,13 +110,6 @@ def get_extractor(
         module, _, attr = factory.partition(":")
         factory = getattr(importlib.import_module(module), attr)
     return factory(backend=backend, device=device, cache_dir=cache_dir, **kwargs)
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """None -> CUDA if available, else CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def package_versions(*names: str) -> dict[str, str]:
@@ -174,22 +181,28 @@ class Extractor(ABC):
             "precision": "float32",
         }
 
-    def extract(self, images: np.ndarray, batch_size: int | None = None) -> np.ndarray:
+    def extract(
+        self, images: np.ndarray, batch_size: int | None = None, *, desc: str | None = None
+    ) -> np.ndarray:
         """Features of uint8 images (N, H, W, C), C = 1 or 3 -> float32 (N, dim).
 
         ``batch_size`` (default ``default_batch_size``) changes only speed and
         memory, not the features (beyond float rounding in the backend).
+        ``desc`` names the step on the progress bar (default: the extractor's name).
         """
         images = check_images(images)
         batch_size = self._check_batch_size(batch_size)
         out = np.empty((len(images), self.dim), dtype=np.float32)
-        for start in range(0, len(images), batch_size):
-            stop = min(start + batch_size, len(images))
-            out[start:stop] = self.forward_batch(images[start:stop])
+        with progress(total=len(images), desc=desc or self.name, unit="img") as bar:
+            for start in range(0, len(images), batch_size):
+                stop = min(start + batch_size, len(images))
+                out[start:stop] = self.forward_batch(images[start:stop])
+                bar.update(stop - start)
         return out
 
     def extract_batches(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
-        """Features of each uint8 NHWC batch of an iterable (e.g. a DataLoader decoding in workers)."""
+        """Features of each uint8 NHWC batch of an iterable (e.g. a DataLoader decoding
+        in workers)."""
         for batch in batches:
             if isinstance(batch, torch.Tensor):
                 batch = batch.numpy()
@@ -202,4 +215,7 @@ class Extractor(ABC):
         return int(batch_size)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, backend={self.backend!r}, device={str(self.device)!r}, dim={self.dim})"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, backend={self.backend!r}, "
+            f"device={str(self.device)!r}, dim={self.dim})"
+        )

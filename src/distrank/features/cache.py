@@ -14,6 +14,11 @@ preprocessing, other weights, another torch, changed images - recomputes.
 Writes are atomic: the old sidecar is removed first, then the features and
 finally the new sidecar are written to temporary files and renamed into place,
 so a sidecar on disk always describes the features beside it.
+
+:func:`cached_input_features` does the same for a user's images as the CLI reads
+them (a folder, a CSV manifest or an image npz; :mod:`distrank.data.folders`):
+the input is identified by its content digest, and the file lives in a cache
+folder (:func:`default_cache_dir`) under a name derived from the metadata.
 """
 
 from __future__ import annotations
@@ -27,12 +32,40 @@ from pathlib import Path
 import numpy as np
 
 from distrank._io import atomic_open
+from distrank._progress import progress
 
-__all__ = ["cached_features", "extract_to_file", "load_features", "meta_path", "requested_metadata"]
+__all__ = [
+    "cache_file",
+    "cached_features",
+    "cached_input_features",
+    "default_cache_dir",
+    "extract_to_file",
+    "input_metadata",
+    "load_features",
+    "meta_path",
+    "requested_metadata",
+    "write_features",
+]
 
 FORMAT = "distrank.features/1"
-_RESERVED = frozenset({"format", "extractor", "backend", "device", "d", "n", "preprocessing", "weights",
-                       "versions", "precision", "input_sha256", "input_shape", "labels"})
+ENV_CACHE_DIR = "DISTRANK_CACHE_DIR"
+_RESERVED = frozenset(
+    {
+        "format",
+        "extractor",
+        "backend",
+        "device",
+        "d",
+        "n",
+        "preprocessing",
+        "weights",
+        "versions",
+        "precision",
+        "input_sha256",
+        "input_shape",
+        "labels",
+    }
+)
 
 
 def meta_path(out_npz: str | os.PathLike) -> Path:
@@ -50,15 +83,19 @@ def _sha256(path: Path) -> str:
 
 
 def _npz_member_shape(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype] | None:
-    """Shape and dtype of one array in an npz, read from its header (no decompression of the data)."""
+    """Shape and dtype of one array in an npz, read from its header (the data stay
+    compressed)."""
     with zipfile.ZipFile(path) as archive:
         name = f"{key}.npy"
         if name not in archive.namelist():
             return None
         with archive.open(name) as member:
             version = np.lib.format.read_magic(member)
-            reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                      else np.lib.format.read_array_header_2_0)
+            reader = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
             shape, _, dtype = reader(member)
     return tuple(shape), np.dtype(dtype)
 
@@ -69,8 +106,10 @@ def _image_file_info(images_npz: Path) -> tuple[tuple[int, ...], bool]:
         raise ValueError(f"{images_npz} has no 'images' array")
     shape, dtype = info
     if dtype != np.uint8 or len(shape) != 4 or shape[-1] not in (1, 3):
-        raise ValueError(f"{images_npz}: 'images' must be uint8 (N, H, W, C) with C = 1 or 3, "
-                         f"got {dtype} {shape}")
+        raise ValueError(
+            f"{images_npz}: 'images' must be uint8 (N, H, W, C) with C = 1 or 3, "
+            f"got {dtype} {shape}"
+        )
     return shape, _npz_member_shape(images_npz, "labels") is not None
 
 
@@ -78,10 +117,34 @@ def _json_normal(obj) -> dict:
     return json.loads(json.dumps(obj, sort_keys=True))
 
 
-def requested_metadata(images_npz: str | os.PathLike, extractor, extra_meta: dict | None = None) -> dict:
+def requested_metadata(
+    images_npz: str | os.PathLike, extractor, extra_meta: dict | None = None
+) -> dict:
     """The sidecar that features of ``images_npz`` by ``extractor`` must carry."""
     images_npz = Path(images_npz)
     shape, has_labels = _image_file_info(images_npz)
+    return input_metadata(
+        extractor,
+        n=int(shape[0]),
+        input_sha256=_sha256(images_npz),
+        input_shape=[int(s) for s in shape],
+        labels=has_labels,
+        extra_meta=extra_meta,
+    )
+
+
+def input_metadata(
+    extractor,
+    *,
+    n: int,
+    input_sha256: str,
+    input_shape: list[int] | None,
+    labels: bool = False,
+    extra_meta: dict | None = None,
+) -> dict:
+    """The sidecar of features of any input: the extractor's metadata, the input's
+    rows, content digest and shape (None where images differ in size), whether
+    labels are copied, and the caller's ``extra_meta``."""
     extra = dict(extra_meta or {})
     clash = _RESERVED.intersection(extra)
     if clash:
@@ -89,10 +152,10 @@ def requested_metadata(images_npz: str | os.PathLike, extractor, extra_meta: dic
     meta = {
         "format": FORMAT,
         **extractor.metadata(),
-        "n": int(shape[0]),
-        "input_sha256": _sha256(images_npz),
-        "input_shape": [int(s) for s in shape],
-        "labels": has_labels,
+        "n": int(n),
+        "input_sha256": input_sha256,
+        "input_shape": input_shape,
+        "labels": bool(labels),
         **extra,
     }
     return _json_normal(meta)
@@ -118,20 +181,31 @@ def extract_to_file(
     return meta
 
 
-def _extract(images_npz: Path, out_npz: Path, extractor, meta: dict, batch_size: int | None) -> None:
+def _extract(
+    images_npz: Path, out_npz: Path, extractor, meta: dict, batch_size: int | None
+) -> None:
     with np.load(images_npz, allow_pickle=False) as data:
         images = data["images"]
         labels = data["labels"] if "labels" in data.files else None
     if len(images) != meta["n"]:
         raise RuntimeError(f"{images_npz} changed while it was being read")
-    features = extractor.extract(images, batch_size=batch_size)
-    if features.shape != (meta["n"], meta["d"]) or features.dtype != np.float32:
-        raise RuntimeError(f"extractor returned {features.dtype} {features.shape}, "
-                           f"expected float32 {(meta['n'], meta['d'])}")
+    features = extractor.extract(images, batch_size=batch_size, desc=f"extract {images_npz.name}")
     arrays = {"features": features}
     if labels is not None:
         arrays["labels"] = labels
+    write_features(out_npz, arrays, meta)
 
+
+def write_features(out_npz: Path, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Write ``arrays`` (``features`` float32 (n, d), optionally ``labels``, ``clients``)
+    to ``out_npz`` and ``meta`` to its sidecar, atomically: the old sidecar goes first,
+    the new one last, so a sidecar always describes the features beside it."""
+    features = arrays["features"]
+    if features.shape != (meta["n"], meta["d"]) or features.dtype != np.float32:
+        raise RuntimeError(
+            f"extractor returned {features.dtype} {features.shape}, "
+            f"expected float32 {(meta['n'], meta['d'])}"
+        )
     sidecar = meta_path(out_npz)
     sidecar.unlink(missing_ok=True)  # never leave an old sidecar beside new features
     with atomic_open(out_npz) as handle:
@@ -173,7 +247,8 @@ def cached_features(
     batch_size: int | None = None,
     extra_meta: dict | None = None,
 ) -> np.ndarray:
-    """Features of ``images_npz``: read from ``out_npz`` if its metadata matches exactly, else extracted.
+    """Features of ``images_npz``: read from ``out_npz`` if its metadata matches exactly,
+    else extracted.
 
     Returns the float32 (N, d) features; the file and sidecar are (re)written
     whenever they are missing, unreadable or describe anything else.
@@ -183,3 +258,56 @@ def cached_features(
     if not _reusable(out_npz, wanted):
         _extract(images_npz, out_npz, extractor, wanted, batch_size)
     return load_features(out_npz)[0]
+
+
+def cached_input_features(
+    image_input,
+    extractor,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int | None = None,
+    workers: int = 1,
+    extra_meta: dict | None = None,
+    desc: str | None = None,
+) -> tuple[np.ndarray, dict]:
+    """Features of an image folder, manifest or image npz (a :mod:`distrank.data.folders`
+    input) and their metadata, read from the cache when a file there matches exactly,
+    else extracted into it.
+
+    cache_dir : the cache folder (None: :func:`default_cache_dir`); the file is
+        :func:`cache_file` of the metadata, so each (input, extractor, options) has its own.
+    batch_size, workers : images per forward pass (default: the extractor's) and
+        decoding processes; neither changes the features beyond float rounding.
+    desc : the step's name on the progress bar.
+
+    The input is identified by its content digest (``image_input.describe()``), so a
+    changed file recomputes. Images of different sizes are batched separately.
+    """
+    wanted = input_metadata(extractor, **image_input.describe(), extra_meta=extra_meta)
+    out_npz = cache_file(default_cache_dir() if cache_dir is None else cache_dir, wanted)
+    if not _reusable(out_npz, wanted):
+        features = np.empty((wanted["n"], extractor.dim), dtype=np.float32)
+        with progress(
+            total=wanted["n"], desc=desc or f"extract {image_input.where}", unit="img"
+        ) as bar:
+            batches = image_input.batches(extractor._check_batch_size(batch_size), workers)
+            for rows, images in batches:
+                features[rows] = extractor.forward_batch(images)
+                bar.update(len(rows))
+        write_features(out_npz, {"features": features}, wanted)
+    return load_features(out_npz)[0], wanted
+
+
+def cache_file(cache_dir: str | os.PathLike, meta: dict) -> Path:
+    """Where :func:`cached_input_features` keeps features of the given metadata in a
+    cache folder: one file per (input, extractor, options), named by their digest."""
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
+    return Path(cache_dir) / f"{meta['extractor']}-{digest}.npz"
+
+
+def default_cache_dir() -> Path:
+    """``$DISTRANK_CACHE_DIR``, else ``$XDG_CACHE_HOME/distrank/features`` (``~/.cache``)."""
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "distrank" / "features"

@@ -1,0 +1,151 @@
+"""What travels between the server and a site, as Flower records.
+
+One request per site (a ``query`` message) and one reply; each message starts a
+client-app process, so every model goes in the same request:
+
+    request  "models"   ArrayRecord   model name -> (m, d) generated features
+             "options"  ConfigRecord  the scorer options of ``metrics.score_client``
+                                      (``kernel_params`` as JSON text) and
+                                      ``want_stats`` (FD is requested)
+    reply    "site"     ConfigRecord  site-id, n (reference rows), models, metrics,
+                                      error ("" on success)
+             "scores"   ArrayRecord   values: (models, metrics) float64
+             "stats"    ArrayRecord   mean (d,), cov (d, d): only when the site's node
+                                      config allows sharing its Gaussian statistics
+
+Arrays travel as their bytes (``flwr.app.Array``), so every float arrives exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from distrank.metrics.fd import GaussianStats
+
+#: the keyword arguments of ``metrics.score_client`` that a request carries
+OPTION_KEYS = (
+    "metrics",
+    "kernel",
+    "kernel_params",
+    "kd_estimator",
+    "n_subsets",
+    "subset_size",
+    "seed",
+    "pr_k",
+    "dc_k",
+    "dtype",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class SiteReply:
+    """A site's answer: its id, row count, scores ``{model: {metric: value}}`` and,
+    if it shares them, its Gaussian statistics; or an error text."""
+
+    site: int | str
+    n: int
+    scores: dict[str, dict[str, float]]
+    stats: GaussianStats | None = None
+    error: str = ""
+
+
+def encode_request(models: Mapping[str, np.ndarray], options: Mapping) -> RecordDict:
+    """The request content: every model's features and the scorer options."""
+    if set(options) != set(OPTION_KEYS):
+        raise ValueError(f"options: expected the keys {sorted(OPTION_KEYS)}, got {sorted(options)}")
+    config = {k: v for k, v in options.items() if k != "kernel_params"}
+    config["kernel_params"] = json.dumps(dict(options["kernel_params"]))
+    config["want_stats"] = "fd" in options["metrics"]
+    arrays = {str(name): Array(np.ascontiguousarray(y)) for name, y in models.items()}
+    return RecordDict({"models": ArrayRecord(arrays), "options": ConfigRecord(config)})
+
+
+def decode_request(content: RecordDict) -> tuple[dict[str, np.ndarray], dict, bool]:
+    """(models, scorer options, want_stats) of a request."""
+    try:
+        arrays, config = content.array_records["models"], dict(content.config_records["options"])
+    except KeyError as err:
+        raise ValueError(f"request: no {err.args[0]!r} record") from None
+    want_stats = bool(config.pop("want_stats", False))
+    config["kernel_params"] = json.loads(config.get("kernel_params", "{}")) or None
+    if set(config) != set(OPTION_KEYS):
+        raise ValueError(f"request: options {sorted(config)} do not match {sorted(OPTION_KEYS)}")
+    return {name: arr.numpy() for name, arr in arrays.items()}, config, want_stats
+
+
+def encode_reply(
+    site: int | str,
+    n: int,
+    scores: Mapping[str, Mapping[str, float]],
+    stats: GaussianStats | None = None,
+) -> RecordDict:
+    """A site's reply: its scores of every model (and its statistics, if shared)."""
+    models = list(scores)
+    metrics = list(next(iter(scores.values()))) if models else []
+    if any(list(by_metric) != metrics for by_metric in scores.values()):
+        raise ValueError("scores: every model needs the same metrics")
+    values = np.array([[scores[m][k] for k in metrics] for m in models], dtype=np.float64)
+    content = RecordDict(
+        {
+            "site": ConfigRecord(
+                {"site-id": site, "n": int(n), "models": models, "metrics": metrics, "error": ""}
+            ),
+            "scores": ArrayRecord({"values": Array(values.reshape(len(models), len(metrics)))}),
+        }
+    )
+    if stats is not None:
+        content["stats"] = ArrayRecord(
+            {
+                "mean": Array(np.asarray(stats.mean, np.float64)),
+                "cov": Array(np.asarray(stats.cov, np.float64)),
+            }
+        )
+    return content
+
+
+def encode_error(site: int | str, error: str) -> RecordDict:
+    """A site's reply when it could not score: its id and what went wrong."""
+    return RecordDict(
+        {
+            "site": ConfigRecord(
+                {"site-id": site, "n": 0, "models": [], "metrics": [], "error": error}
+            )
+        }
+    )
+
+
+def decode_reply(content: RecordDict) -> SiteReply:
+    """The :class:`SiteReply` of a reply's content (ValueError if it is malformed)."""
+    if "site" not in content.config_records:
+        raise ValueError("reply: no 'site' record")
+    site = content.config_records["site"]
+    site_id, n, error = site.get("site-id"), site.get("n"), site.get("error", "")
+    if isinstance(site_id, bool) or not isinstance(site_id, (int, str)):
+        raise ValueError(f"reply: site-id must be an int or a str, got {site_id!r}")
+    if error:
+        return SiteReply(site_id, 0, {}, error=str(error))
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"reply of site {site_id!r}: n must be a positive int, got {n!r}")
+    models, metrics = list(site.get("models", [])), list(site.get("metrics", []))
+    values = content.array_records["scores"]["values"].numpy()
+    if values.shape != (len(models), len(metrics)):
+        raise ValueError(
+            f"reply of site {site_id!r}: scores of shape {values.shape}, "
+            f"expected ({len(models)}, {len(metrics)})"
+        )
+    scores = {m: {k: float(v) for k, v in zip(metrics, row)} for m, row in zip(models, values)}
+    stats = None
+    if "stats" in content.array_records:
+        record = content.array_records["stats"]
+        mean, cov = record["mean"].numpy(), record["cov"].numpy()
+        if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):
+            raise ValueError(
+                f"reply of site {site_id!r}: statistics of shapes {mean.shape} and {cov.shape}"
+            )
+        stats = GaussianStats(n, mean, cov)
+    return SiteReply(site_id, n, scores, stats)

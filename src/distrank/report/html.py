@@ -1,0 +1,629 @@
+r"""One self-contained HTML page on a score table: may the clients' average be trusted?
+
+``distrank report scores.csv --out report.html`` (:func:`write_report`) reads a tidy
+score table (``model, metric, aggregation, client, value``; aggregation ``all``,
+``avg`` or ``client``) and writes one page, figures embedded as PNG data URIs, no
+script, no network, that says for the user's own models:
+
+- the ``all`` (pooled reference) and ``avg`` (:math:`\sum_i \lambda_i D(X_i, Y)`)
+  value and rank of every model, per metric;
+- which metrics are safe to average across clients, and why:
+  KD by Theorem 1 of Wang et al. (arXiv 2310.11714),
+  :math:`\mathrm{KD_{avg}} = \mathrm{KD_{all}} + \sum_i \lambda_i \mathrm{KD}(\bar P, P_i)`,
+  a gap that does not depend on the model when :math:`\lambda_i = n_i / n` and the
+  estimator uses the full samples (the page shows the gap and how much it varies);
+  Recall exactly, :math:`\mathrm{Recall_{all}} = \sum_i (n_i / n)\,\mathrm{Recall}_i`;
+  FD, Precision, Density and Coverage not (Theorem 2, Proposition 1; Naeem et al.);
+- the model pairs that ``all`` and ``avg`` order differently, and Kendall's tau-b
+  between the two rankings, per metric (:func:`distrank.experiments.rank_agreement`);
+- the E1 and E6 figures of the pipeline, drawn for these models;
+- for a table with client rows only (a federation that never pooled data), what
+  the clients' scores do and do not tell about the centralized ranking.
+
+Options the table was computed with (client weights, KD estimator, client sizes,
+extractor) come from the metadata ``distrank score`` writes beside it; without
+them the page says which conclusions depend on them.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# The experiments whose figures the page redraws for the user's models: one import
+# block, so moving them is a one-line change.
+from distrank.experiments import SCORE_COLUMNS, discordant_pairs, rank_models
+from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
+from distrank.experiments.e6_prdc import e6_figure, e6_table
+from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, PRDC, display
+from distrank.report import atomic_write_bytes
+
+__all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
+
+#: Relative spread of the KD gap (max - min over models, over the mean gap) below
+#: which it is reported as constant: float32 products leave about 1e-7.
+GAP_RTOL = 1e-4
+
+#: Why a metric's average need not rank like its pooled value (the registry records
+#: why KD and Recall do).
+WHY_NOT = {
+    "fd": "Theorem 2 and Proposition 1: FD_avg - FD_all depends on the model's mean and "
+    "covariance; FD_avg is minimised by the clients' Wasserstein barycenter, FD_all "
+    "by the pooled Gaussian, so two models can swap order.",
+    "precision": "Precision counts generated samples inside the reference manifold, whose "
+    "k-NN radii differ between each client and the pool.",
+    "density": "Density counts generated samples in reference k-NN balls, whose radii "
+    "differ between each client and the pool.",
+    "coverage": "Coverage uses the k-NN radii of the reference rows, which differ between "
+    "each client and the pool.",
+}
+
+
+def write_report(scores: pd.DataFrame, out: str | os.PathLike, **options) -> Path:
+    """Write :func:`build_report`'s page to ``out`` atomically; returns the path."""
+    return atomic_write_bytes(out, build_report(scores, **options).encode("utf-8"))
+
+
+def build_report(
+    scores: pd.DataFrame,
+    *,
+    meta: Mapping | None = None,
+    extractor: str | None = None,
+    title: str | None = None,
+    source: str | os.PathLike | None = None,
+) -> str:
+    """The page (an HTML string) for a tidy score table.
+
+    meta : what ``distrank score`` records beside its table (``options`` with
+        ``weights`` and ``kd_estimator``; ``reference`` with each client's ``n``);
+        None or {} when unknown.
+    extractor : the feature network, named on the figures' axes.
+    title, source : the page title (default: from ``source``), and the table's file.
+    """
+    scores = _check(scores)
+    meta = dict(meta or {})
+    extractor = extractor or meta.get("extractor") or "unknown"
+    title = title or (
+        f"Consistency report: {Path(source).name}" if source else "Consistency report"
+    )
+    pooled = {"all", "avg"} <= set(scores["aggregation"])
+    body = [_header(title, scores, meta, extractor, source)]
+    if pooled:
+        body += [
+            _values_section(scores),
+            _consistency_section(scores, meta),
+            _flips_section(scores),
+            _figures_section(scores, extractor),
+        ]
+    else:
+        body.append(_client_only_section(scores, meta))
+    if (scores["aggregation"] == "client").any():
+        body.append(_clients_section(scores))
+    return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
+
+
+# ---------------------------------------------------------------------------
+# The numbers behind the sections (pure functions of the table)
+
+
+def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFrame:
+    """Per metric: may its ``avg`` stand in for ``all``? One row per metric with both.
+
+    Columns: ``metric`` (key), ``verdict`` (``"safe"``, ``"exact"`` or ``"not
+    guaranteed"``), ``why``, ``gap_mean`` and ``gap_range`` (mean and max - min over
+    models of avg - all), ``max_absdiff`` (max |avg - all|), ``rank_flips``
+    (model pairs ordered differently), ``kendall_tau`` (tau-b of avg vs all; NaN for
+    fewer than two models or ties), ``n_models``.
+
+    KD is ``"safe"`` when the weights are n_i/n and the estimator uses the full
+    samples (Theorem 1: the gap is the same for every model); Recall is ``"exact"``
+    with weights n_i/n. Unknown options (no ``meta``) are taken as the defaults of
+    ``distrank score`` (size weights, unbiased KD), and ``why`` says so.
+    """
+    from scipy.stats import kendalltau
+
+    options = dict((meta or {}).get("options") or {})
+    weights, estimator = options.get("weights"), options.get("kd_estimator")
+    rows = []
+    for metric, wide in _per_metric(scores).items():
+        gap = (wide["avg"] - wide["all"]).to_numpy(float)
+        pairs = discordant_pairs(wide["all"].to_numpy(float), wide["avg"].to_numpy(float))
+        tau = (
+            float(kendalltau(wide["avg"], wide["all"]).statistic)
+            if len(wide) >= 2
+            else float("nan")
+        )
+        verdict, why = _verdict(metric, weights, estimator)
+        rows.append(
+            {
+                "metric": metric,
+                "verdict": verdict,
+                "why": why,
+                "gap_mean": float(gap.mean()),
+                "gap_range": float(np.ptp(gap)),
+                "max_absdiff": float(np.abs(gap).max()),
+                "rank_flips": len(pairs),
+                "kendall_tau": tau,
+                "n_models": len(wide),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "metric",
+            "verdict",
+            "why",
+            "gap_mean",
+            "gap_range",
+            "max_absdiff",
+            "rank_flips",
+            "kendall_tau",
+            "n_models",
+        ],
+    )
+
+
+def flipped_pairs(scores: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The model pairs that ``all`` and ``avg`` order differently for ``metric``.
+
+    Columns: ``model_a`` (the better of the pair by ``all``), ``model_b`` (the better
+    by ``avg``; "better" follows the metric's direction), then ``a_all``, ``b_all``,
+    ``a_avg``, ``b_avg``: both models' values in both aggregations.
+    """
+    wide = _per_metric(scores)[metric]
+    models, a, v = wide.index.to_list(), wide["all"].to_numpy(float), wide["avg"].to_numpy(float)
+    sign = 1.0 if HIGHER_IS_BETTER.get(metric, False) else -1.0
+    rows = []
+    for i, j in discordant_pairs(a, v):
+        first, second = (i, j) if sign * (a[i] - a[j]) > 0 else (j, i)
+        rows.append(
+            {
+                "model_a": models[first],
+                "model_b": models[second],
+                "a_all": a[first],
+                "b_all": a[second],
+                "a_avg": v[first],
+                "b_avg": v[second],
+            }
+        )
+    return pd.DataFrame(rows, columns=["model_a", "model_b", "a_all", "b_all", "a_avg", "b_avg"])
+
+
+def _verdict(metric: str, weights: str | None, estimator: str | None) -> tuple[str, str]:
+    reason = METRICS[metric].consistent if metric in METRICS else ""
+    assumed = "" if weights else " (options not recorded: assuming weights n_i/n)"
+    if metric == "kd":
+        if weights == "uniform":
+            return "not guaranteed", (
+                "Theorem 1 needs weights n_i/n; with uniform weights the "
+                "gap KD_avg - KD_all depends on the model"
+            )
+        if estimator == "subsets":
+            return "not guaranteed", (
+                "KID-style random subsets: Theorem 1 holds in expectation "
+                "only; use the unbiased or biased estimator"
+            )
+        return "safe", reason + assumed
+    if metric == "recall":
+        if weights == "uniform":
+            return "not guaranteed", "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"
+        return "exact", reason + assumed
+    return "not guaranteed", reason or WHY_NOT.get(metric, "no identity links avg to all")
+
+
+def _per_metric(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """metric -> (model x [all, avg]) for the metrics where every model has both."""
+    pooled = scores[scores["aggregation"].isin(["all", "avg"])]
+    out = {}
+    for metric, rows in pooled.groupby("metric", sort=False):
+        wide = rows.pivot_table(
+            index="model", columns="aggregation", values="value", aggfunc="first"
+        ).sort_index()
+        if {"all", "avg"} <= set(wide.columns) and not wide[["all", "avg"]].isna().any().any():
+            out[metric] = wide[["all", "avg"]]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Sections
+
+
+def _header(title, scores, meta, extractor, source) -> str:
+    models = scores["model"].unique()
+    clients = sorted(set(scores.loc[scores["aggregation"] == "client", "client"]))
+    options = meta.get("options") or {}
+    facts = [
+        ("models", f"{len(models)}: {', '.join(map(str, models))}"),
+        ("metrics", ", ".join(display(m) for m in scores["metric"].unique())),
+        ("clients", str(len(clients)) if clients else "no client rows"),
+        ("features", extractor),
+    ]
+    if source:
+        facts.insert(0, ("score table", str(source)))
+    if options:
+        facts.append(
+            ("options", ", ".join(f"{k}={v}" for k, v in sorted(options.items()) if k != "metrics"))
+        )
+    else:
+        facts.append(("options", "not recorded (no metadata beside the table)"))
+    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    return f'<header><h1>{_e(title)}</h1><dl class="facts">{items}</dl></header>'
+
+
+def _values_section(scores) -> str:
+    per_metric = _per_metric(scores)
+    arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
+    head = (
+        ["<tr><th rowspan=2>model</th>"]
+        + [f"<th colspan=2>{_e(display(m))} {arrows[m]}</th>" for m in per_metric]
+        + ["</tr><tr>"]
+        + ["<th>all</th><th>avg</th>"] * len(per_metric)
+    )
+    models = sorted(set().union(*(w.index for w in per_metric.values())))
+    ranks = {
+        (m, agg): dict(
+            zip(w.index, rank_models(w[agg], higher_is_better=HIGHER_IS_BETTER.get(m, False)))
+        )
+        for m, w in per_metric.items()
+        for agg in ("all", "avg")
+    }
+    rows = []
+    for model in models:
+        cells = [f"<td>{_e(model)}</td>"]
+        for metric, wide in per_metric.items():
+            for agg in ("all", "avg"):
+                if model not in wide.index:  # this metric was not computed for this model
+                    cells.append("<td class=num>n/a</td>")
+                    continue
+                value, rank = wide.at[model, agg], ranks[(metric, agg)][model]
+                cells.append(
+                    f'<td class=num data-model="{_e(model)}" data-metric="{_e(metric)}" '
+                    f'data-aggregation="{agg}">{_num(value)} <span class=rank>'
+                    f"({rank})</span></td>"
+                )
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    body = (
+        f'<div class=wide><table class="values"><thead>{"".join(head)}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+    return _section(
+        "values",
+        "Scores per model: all and avg",
+        body,
+        "<p><b>all</b>: each model against the pooled reference (centralized). "
+        "<b>avg</b>: the clients' scores averaged with their weights. In "
+        "parentheses: the model's rank, 1 = best; &darr; lower is better, "
+        "&uarr; higher is better.</p>",
+    )
+
+
+def _consistency_section(scores, meta) -> str:
+    table = consistency(scores, meta)
+    rows = []
+    for r in table.itertuples():
+        measured = f"gap avg - all: mean {_num(r.gap_mean)}, range over models {_num(r.gap_range)}"
+        if r.metric == "kd":
+            constant = r.gap_range <= GAP_RTOL * max(abs(r.gap_mean), np.finfo(float).tiny)
+            measured = (
+                f"gap constant sum<sub>i</sub> &lambda;<sub>i</sub> KD(P&#772;, "
+                f"P<sub>i</sub>) = KD_avg - KD_all = <span class=gap>"
+                f"{_num(r.gap_mean)}</span> (mean over models); max - min over models "
+                f"{_num(r.gap_range)}: "
+                + ("constant up to float rounding" if constant else "<b>varies across models</b>")
+            )
+        elif r.metric == "recall":
+            measured = f"max |avg - all| = {_num(r.max_absdiff)}"
+        measured += f"; {r.rank_flips} flipped pair{'s' * (r.rank_flips != 1)}"
+        verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
+        rows.append(
+            f'<tr data-metric="{_e(r.metric)}"><td>{_e(display(r.metric))}</td>'
+            f'<td class="{verdict_class} verdict">{_e(r.verdict)}</td>'
+            f"<td>{_e(r.why)}</td><td>{measured}</td>"
+            f'<td class="num tau">{_tau(r.kendall_tau)}</td></tr>'
+        )
+    body = (
+        '<table class="consistency"><thead><tr><th>metric</th><th>safe to average?</th>'
+        "<th>why</th><th>measured on these models</th><th>Kendall tau (avg vs all)</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    return _section(
+        "consistency",
+        "Which metrics are safe to average across clients",
+        body,
+        "<p>A metric is safe to average when ranking by avg is ranking by all, for "
+        "every set of models, by a theorem rather than by luck. Kendall tau is 1 "
+        "when both rankings agree on every pair.</p>",
+    )
+
+
+def _flips_section(scores) -> str:
+    items = []
+    for metric in _per_metric(scores):
+        pairs, name = flipped_pairs(scores, metric), display(metric)
+        if pairs.empty:
+            items.append(
+                f'<li data-metric="{_e(metric)}" data-flips="0"><b>{_e(name)}</b>: '
+                "no pair flips; all and avg rank these models alike.</li>"
+            )
+            continue
+        flips = "".join(
+            f"<li><b>{_e(p.model_a)}</b> is better than <b>{_e(p.model_b)}</b> by {_e(name)}_all "
+            f"({_num(p.a_all)} against {_num(p.b_all)}), worse by {_e(name)}_avg "
+            f"({_num(p.a_avg)} against {_num(p.b_avg)})</li>"
+            for p in pairs.itertuples()
+        )
+        items.append(
+            f'<li data-metric="{_e(metric)}" data-flips="{len(pairs)}"><b>{_e(name)}'
+            f"</b>: {len(pairs)} flipped pair{'s' * (len(pairs) != 1)}<ul>{flips}</ul></li>"
+        )
+    return _section(
+        "flips",
+        "Where avg and all disagree: model pairs that flip",
+        f"<ul class=flips>{''.join(items)}</ul>",
+    )
+
+
+def _figures_section(scores, extractor) -> str:
+    blocks = []
+    metrics = set(_per_metric(scores))
+    if {"kd", "fd"} <= metrics:
+        table, _ = e1_table(scores)
+        blocks.append(
+            _figure(
+                e1_figure(table, extractor),
+                "E1",
+                "KD_avg against KD_all (left): one line of slope 1, the gap of "
+                "Theorem 1. FD (right): pairs whose order flips are joined in red.",
+            )
+        )
+    else:
+        blocks.append("<p>The E1 figure needs KD and FD in both aggregations.</p>")
+    if set(PRDC) <= metrics:
+        table, _ = e6_table(scores)
+        blocks.append(
+            _figure(
+                e6_figure(table, extractor),
+                "E6",
+                "Precision, Recall, Density and Coverage, avg against all; "
+                "Recall lies on the diagonal.",
+            )
+        )
+    else:
+        blocks.append(
+            "<p>The E6 figure needs Precision, Recall, Density and Coverage in both "
+            "aggregations.</p>"
+        )
+    return _section("figures", "Figures (E1 and E6 for these models)", "".join(blocks))
+
+
+def _client_only_section(scores, meta) -> str:
+    clients = scores[scores["aggregation"] == "client"]
+    if clients.empty:
+        raise ValueError("scores: no 'all', 'avg' or 'client' rows to report on")
+    sizes = {c: v.get("n") for c, v in (meta.get("reference") or {}).items()}
+    weights = (meta.get("options") or {}).get("weights")
+    avg = scores[scores["aggregation"] == "avg"]
+    known_sizes = bool(sizes) and all(sizes.get(c) for c in set(clients["client"]))
+    if avg.empty:
+        avg = _client_average(clients, sizes if known_sizes else None)
+        how = (
+            "avg computed here with weights n_i/n from the recorded client sizes"
+            if known_sizes
+            else "avg computed here as the plain mean of the clients "
+            "(client sizes not recorded: weights 1/k)"
+        )
+    else:
+        how = "avg as given in the table"
+    lines = []
+    for metric, rows in avg.groupby("metric", sort=False):
+        order = _ranking(rows.set_index("model")["value"], metric)
+        ranking = " &gt; ".join(_e(m) for m in order)
+        if metric == "kd":
+            text = (
+                "<b>KD</b>: the centralized ranking is known without pooling the data: by "
+                "Theorem 1 it is the avg ranking, " + ranking + ", provided the clients "
+                "used weights n_i/n, one kernel (a bandwidth fixed for all), the same "
+                "samples and a full-sample estimator. KD_all itself is not known: its "
+                "offset needs kernel sums across clients."
+            )
+        elif metric == "recall":
+            text = (
+                "<b>Recall</b>: Recall_all = sum_i (n_i/n) Recall_i exactly, so the "
+                "pooled values are known"
+                + (
+                    " and are the avg values: " + ranking
+                    if known_sizes or weights == "size"
+                    else " once the client sizes n_i are known"
+                )
+                + "."
+            )
+        else:
+            text = (
+                f"<b>{_e(display(metric))}</b>: only the avg ranking ({ranking}) is "
+                "known. The centralized ranking may differ"
+                + (
+                    ": FD_all follows from the clients' (n_i, mean, covariance), not "
+                    "from their FD scores; share those statistics to compute it."
+                    if metric == "fd"
+                    else ", and the client scores cannot tell how."
+                )
+                + " Even clients that agree do not fix the pooled order (Proposition 1)."
+            )
+        lines.append(f'<li data-metric="{_e(metric)}">{text}</li>')
+    body = (
+        f"<p>This table has no pooled ('all') rows: the reference data were never "
+        f"pooled. {_e(how)}.</p><ul class=conclusions>{''.join(lines)}</ul>"
+    )
+    return _section("client-only", "What can and cannot be concluded without pooled data", body)
+
+
+def _clients_section(scores) -> str:
+    rows = scores[scores["aggregation"] == "client"]
+    blocks = []
+    for metric, part in rows.groupby("metric", sort=False):
+        wide = part.pivot_table(
+            index="model", columns="client", values="value", aggfunc="first"
+        ).sort_index()
+        agree = _clients_agree(wide, metric)
+        blocks.append(
+            f"<h3>{_e(display(metric))}</h3><p>{_e(agree)}</p>"
+            + _table(wide.reset_index(), metric=metric)
+        )
+    return _section(
+        "clients",
+        "Each client's scores",
+        "".join(blocks),
+        "<details open><summary>what each client measured</summary>",
+        "</details>",
+    )
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+
+def _client_average(clients: pd.DataFrame, sizes: Mapping | None) -> pd.DataFrame:
+    def mean(rows):
+        w = np.array([sizes[c] for c in rows["client"]], float) if sizes else np.ones(len(rows))
+        return float(np.dot(w / w.sum(), rows["value"].to_numpy(float)))
+
+    grouped = clients.groupby(["model", "metric"], sort=False)
+    return pd.DataFrame(
+        [
+            {"model": m, "metric": k, "aggregation": "avg", "client": "", "value": mean(rows)}
+            for (m, k), rows in grouped
+        ]
+    )
+
+
+def _ranking(values: pd.Series, metric: str) -> list[str]:
+    higher = HIGHER_IS_BETTER.get(metric, False)
+    return [str(m) for m in values.sort_values(ascending=not higher, kind="mergesort").index]
+
+
+def _clients_agree(wide: pd.DataFrame, metric: str) -> str:
+    if len(wide) < 2 or wide.shape[1] < 2:
+        return ""
+    orders = {tuple(_ranking(wide[c].dropna(), metric)) for c in wide.columns}
+    return (
+        "Every client ranks these models alike."
+        if len(orders) == 1
+        else f"The clients disagree: {len(orders)} different rankings among "
+        f"{wide.shape[1]} clients."
+    )
+
+
+def _check(scores: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(scores, pd.DataFrame):
+        raise TypeError(f"scores must be a pandas DataFrame, got {type(scores).__name__}")
+    missing = [c for c in SCORE_COLUMNS if c not in scores.columns]
+    if missing:
+        raise ValueError(f"scores lacks columns {missing}; expected {list(SCORE_COLUMNS)}")
+    scores = scores[list(SCORE_COLUMNS)].copy()
+    scores["model"] = scores["model"].astype(str)
+    scores["client"] = scores["client"].astype(str)
+    duplicated = scores.duplicated(["model", "metric", "aggregation", "client"])
+    if duplicated.any():
+        row = scores[duplicated].iloc[0]
+        raise ValueError(
+            f"scores: more than one value for model {row.model!r}, metric "
+            f"{row.metric!r}, aggregation {row.aggregation!r}, client "
+            f"{row.client!r}"
+        )
+    return scores[scores["metric"] != "kd_std"]  # a spread, not a score to rank by
+
+
+def _figure(fig, key: str, caption: str) -> str:
+    from matplotlib import pyplot as plt
+
+    from distrank.report.figures import paper_style
+
+    buffer = io.BytesIO()
+    with paper_style():
+        fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (
+        f'<figure data-figure="{key}"><img alt="{key} figure for these models" '
+        f'src="data:image/png;base64,{data}"><figcaption><b>{key}.</b> {_e(caption)}'
+        "</figcaption></figure>"
+    )
+
+
+def _table(df: pd.DataFrame, *, metric: str | None = None, css: str = "") -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
+    body = []
+    for row in df.itertuples(index=False):
+        cells = []
+        for column, value in zip(df.columns, row):
+            numeric = isinstance(value, (int, float, np.integer, np.floating))
+            text = _num(value) if numeric else _e(value)
+            cells.append(
+                f'<td class="num" data-column="{_e(column)}">{text}</td>'
+                if numeric
+                else f"<td>{text}</td>"
+            )
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    attr = f' data-metric="{_e(metric)}"' if metric else ""
+    return (
+        f'<table class="{css}"{attr}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _section(key: str, heading: str, body: str, intro: str = "", outro: str = "") -> str:
+    return f'<section id="{key}"><h2>{_e(heading)}</h2>{intro}{body}{outro}</section>'
+
+
+def _num(value) -> str:
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    return "n/a" if np.isnan(value) else f"{value:.6g}"
+
+
+def _tau(value: float) -> str:
+    return "n/a" if np.isnan(value) else f"{value:+.3f}"
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
+       padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
+.facts { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
+.facts dt { font-weight: 600; }
+table { border-collapse: collapse; margin: .5em 0 1.2em; }
+th, td { border-bottom: 1px solid #ddd; padding: .25em .7em; text-align: left;
+         vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.wide { overflow-x: auto; }
+.ok { color: #126b12; font-weight: 600; } .warn { color: #a44a00; font-weight: 600; }
+.rank { color: #666; font-size: .8em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #444; font-size: .9em; }
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""

@@ -1,0 +1,32 @@
+"""Three sites' reference features and two models' generated features (synthetic, seeded)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+D = 6
+SITES = {"oslo": (0.0, 60), "paris": (1.0, 80), "rome": (-0.5, 100)}  # offset, rows
+
+
+@pytest.fixture(scope="session")
+def federation():
+    """(site -> (n_i, d) features, model -> (m, d) features): sites differ in mean and size."""
+    rng = np.random.default_rng(1442)
+    sites = {s: rng.normal(size=(n, D)) + off for s, (off, n) in SITES.items()}
+    models = {
+        "sharp": rng.normal(0.2, 1.0, size=(70, D)),
+        "broad": rng.normal(0.0, 2.0, size=(90, D)),
+    }
+    return sites, models
+
+
+@pytest.fixture(scope="session")
+def reference(federation):
+    """The pooled reference and its client labels, as ``distrank score`` takes them."""
+    sites, _ = federation
+    x = np.concatenate(list(sites.values()))
+    labels = np.repeat(list(sites), [len(v) for v in sites.values()])
+    return x, labels
