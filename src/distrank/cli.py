@@ -276,9 +276,41 @@ def run_extract(args) -> int:
 def add_score_arguments(p: argparse.ArgumentParser) -> None:
     add_score_input_arguments(p)
     add_metric_arguments(p)
+    add_private_and_interval_arguments(p)
     add_output_arguments(p)
     add_extractor_arguments(p)
     p.set_defaults(run=run_score)
+
+
+def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
+    from distrank.metrics.bootstrap import bootstrap_scores
+
+    d = library_defaults(bootstrap_scores)
+    g = p.add_argument_group("private scores and intervals (distrank.metrics.privacy, .bootstrap)")
+    g.add_argument(
+        "--private",
+        type=float,
+        metavar="EPSILON",
+        help="every client releases its KD of each model through the Gaussian mechanism, "
+        "EPSILON (with --delta) split over the models; the table holds the noisy client "
+        "values and their average, the metadata the budget spent. Needs --metric kd and "
+        "--kernel rbf or laplace with --kernel-param bandwidth=... (not from the clients)",
+    )
+    g.add_argument("--delta", type=float, metavar="DELTA", help="delta of each client's budget")
+    g.add_argument(
+        "--intervals",
+        type=int,
+        metavar="N",
+        help="add columns low and high: percentile bootstrap intervals from N resamples "
+        "(reference rows within clients, generated rows per model; KD re-weights its "
+        "kernel sums, FD and PRDC rescore every resample)",
+    )
+    g.add_argument(
+        "--confidence-level",
+        type=float,
+        default=d["confidence_level"],
+        help="of --intervals (default: %(default)s)",
+    )
 
 
 def add_score_input_arguments(p: argparse.ArgumentParser) -> None:
@@ -393,13 +425,77 @@ class Scoring:
 def run_score(args) -> int:
     """Inputs -> features -> scores -> the output file (each step its own function, so a
     new option is one more argument group and one more step)."""
+    if args.private is not None and args.intervals is not None:
+        raise InputError("--private and --intervals: intervals of private scores are not offered")
     with Features(args) as features:
         scoring = score_inputs(args, features)
-    table = compute_scores(scoring, args)
+    if args.private is not None:
+        table = compute_private_scores(scoring, args)
+    else:
+        table = compute_scores(scoring, args)
+    if args.intervals is not None:
+        table = add_intervals(table, scoring, args)
     write_scores(table, scoring.meta, args.out, args.format)
     print(summary(table))
     print(f"\nwrote {len(table)} rows to {args.out}")
     return EXIT_OK
+
+
+def compute_private_scores(scoring: Scoring, args) -> pd.DataFrame:
+    """``--private``: ``distrank.metrics.privacy.private_scores``, its budget in the meta."""
+    from distrank.metrics.privacy import private_scores
+
+    if args.delta is None:
+        raise InputError("--private needs --delta (the delta of each client's budget)")
+    if list(args.metrics) != ["kd"]:
+        raise InputError("--private releases KD only: add --metric kd")
+    options = {k: getattr(args, k) for k in ("kernel", "kd_estimator", "weights", "seed", "dtype")}
+    options["kernel_params"] = dict(args.kernel_params) or None
+    try:
+        table, budget = private_scores(
+            scoring.reference, scoring.clients, scoring.models, epsilon=args.private,
+            delta=args.delta, device=args.device, **options
+        )
+    except ValueError as err:
+        raise InputError(_blame(str(err), scoring)) from None
+    scoring.meta["options"] = {"metrics": ["kd"], **options}
+    scoring.meta["privacy"] = {
+        "mechanism": "Gaussian, per client and model (distrank.metrics.privacy)",
+        "epsilon": budget.epsilon,
+        "delta": budget.delta,
+        "n_releases": budget.n_releases,
+        "noise_multiplier": budget.noise_multiplier,
+        "epsilon_spent": budget.epsilon_spent,
+    }
+    print(f"privacy: each client spent epsilon {budget.epsilon_spent:.6g} at delta "
+          f"{budget.delta:g} on {budget.n_releases} releases (noise multiplier "
+          f"{budget.noise_multiplier:.4g})\n")
+    return table
+
+
+def add_intervals(table: pd.DataFrame, scoring: Scoring, args) -> pd.DataFrame:
+    """``--intervals N``: columns low and high from ``distrank.metrics.bootstrap``."""
+    from distrank.metrics.bootstrap import bootstrap_scores, flat_summary, score_intervals
+
+    options = {k: v for k, v in scoring.meta["options"].items()
+               if k not in ("n_subsets", "subset_size")}
+    try:
+        result = bootstrap_scores(
+            scoring.reference, scoring.clients, scoring.models, summary=flat_summary,
+            n_resamples=args.intervals, confidence_level=args.confidence_level,
+            device=args.device, **options
+        )
+    except ValueError as err:
+        raise InputError(_blame(str(err), scoring)) from None
+    keys = ["model", "metric", "aggregation", "client"]
+    bounds = score_intervals(result)[[*keys, "low", "high"]]
+    scoring.meta["intervals"] = {
+        "method": "percentile bootstrap: reference rows within clients, generated rows "
+        "per model (distrank.metrics.bootstrap)",
+        "n_resamples": args.intervals,
+        "confidence_level": args.confidence_level,
+    }
+    return table.merge(bounds, on=keys, how="left", validate="one_to_one")
 
 
 def score_inputs(args, features: Features) -> Scoring:

@@ -1,0 +1,389 @@
+r"""Bootstrap confidence intervals for scores, score differences and Kendall tau(avg, all).
+
+**Resampling.** Each client's reference rows are drawn with replacement within the
+client (n_i rows), and each model's generated rows from that model (m_g rows), all
+independently: the k + M samples of ``scipy.stats.bootstrap`` with ``paired=False``,
+applied to row indices. A resample is scored exactly as the data are (same
+kernel, bandwidth included, same weights); intervals are **percentile** intervals
+(``method="percentile"``). BCa is not offered: its jackknife needs n + sum_g m_g
+further statistics, one per left-out row.
+
+**KD by re-weighting.** With :math:`c_r` the number of times reference row r is
+drawn and :math:`v_j` the number of times row j of model g is, the kernel block sums
+of the resample are quadratic and bilinear forms of the full-sample kernel blocks,
+
+.. math::
+    S^*_{X_a X_b} = \sum_{r \in a,\, s \in b} c_r c_s\, k(x_r, x_s), \qquad
+    S^*_{X_a Y} = \sum_{r \in a,\, j} c_r v_j\, k(x_r, y_j),
+
+and likewise :math:`S^*_{YY}`. Every kernel block is formed once and contracted with
+all B count vectors at once (one GEMM), and the resample's
+:class:`~distrank.metrics.kd.KernelSums` gives its KD for every client and the pool
+through ``KernelSums.kd``. FD and PRDC have no such form: their resamples are
+scored afresh by ``metrics.score``.
+
+*V form*: the plug-in estimate of the resample, copies included (exactly the V
+statistic of the resampled rows). *U form*: a row's copies are one observation, so
+they never pair with each other, and a within-sample sum is rescaled by
+:math:`n/(n-1)`:
+
+.. math::
+    S^{U*}_{X_a X_a} = \frac{n_a}{n_a - 1} \Big(S^*_{X_a X_a} - \sum_{r \in a} c_r^2\,
+    k(x_r, x_r)\Big), \qquad \mathrm{tr}^{U*} = 0,
+
+cross-client blocks and :math:`S^*_{XY}` unchanged. Of the :math:`n(n-1)` ordered pairs
+of draws, :math:`(n-1)^2` are expected to hold distinct rows, so the resampled KD is
+exactly unbiased for the sample's KD, :math:`E^*[\mathrm{KD}^*] = \mathrm{KD}`, for every
+client and the pool. Scoring the resampled rows as they are instead would add about
+:math:`(\overline{k(y, y)} - \overline{k(y, y')}) / m` to a model's KD: a bias that
+differs between models and, with a polynomial kernel on high-norm features, exceeds
+the spread of the differences. FD and PRDC resamples are scored as drawn, copies
+included, and both depend on the number of distinct rows (FD's bias falls as 1/n,
+Chong and Forsyth, "Effectively Unbiased FID and Inception Score and where to find
+them", CVPR 2020; a copy at distance 0 shrinks k-NN radii), which a resample holds
+only about 63 % of: their percentile intervals can sit beside the point estimates.
+
+(Efron and Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 13 for the
+percentile interval; scipy's ``bootstrap`` for the resampling and the quantiles.)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats
+
+from distrank._backend import as_features, client_groups, resolve_device, work_dtype
+from distrank._checks import positive_int
+from distrank.metrics import kd as kd_
+from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
+from distrank.metrics.registry import METRIC_KEYS, check_metrics
+from distrank.metrics.scoring import score
+
+#: Aggregations of a score cube, in order: pooled, client average, then each client.
+POOLED, AVERAGE = 0, 1
+
+
+def resampled_kernel_sums(reference, client_index, models: Sequence, kernel: Kernel,
+                          reference_counts, model_counts: Sequence, *, estimator: str,
+                          dtype: str = "float64", device=None,
+                          block_size: int = kd_.BLOCK_SIZE) -> list[kd_.KernelSums]:
+    """Kernel sums whose ``kd(estimator)`` is each resample's KD (module doc), for B
+    resamples given by row counts.
+
+    ``reference`` (n, d), ``client_index`` (n,) in 0..k-1 and ``models`` ((m_g, d)
+    arrays) are those of ``kd.kernel_sums``; ``reference_counts`` is (B, n), the
+    times each reference row is drawn in each resample (summing to n_i over client
+    i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
+    formed in ``dtype``; the forms are accumulated in float64.
+    """
+    if estimator not in ("unbiased", "biased"):
+        raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+    unbiased = estimator == "unbiased"
+    dev, dt = resolve_device(device), work_dtype(dtype)
+    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
+    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
+    if center is not None:  # as kd.kernel_sums does: less cancellation, same kernel values
+        x = x - center
+    index = np.asarray(client_index)
+    k = int(index.max()) + 1
+    sizes = np.bincount(index, minlength=k).astype(np.int64)
+    w = torch.as_tensor(np.asarray(reference_counts), dtype=dt, device=dev)
+    n_resamples = w.shape[0]
+    rows = [torch.from_numpy(np.flatnonzero(index == c)).to(dev) for c in range(k)]
+    xs, ws = [x[r] for r in rows], [w[:, r] for r in rows]
+
+    def self_sums(z, counts):
+        """(within-sample sum, its trace) as ``KernelSums.kd(estimator)`` needs them."""
+        total, trace, copies = _weighted_self_sums(z, counts, kernel, block_size)
+        if not unbiased:
+            return total, trace
+        size = z.shape[0]
+        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
+
+    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
+    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
+    for a in range(k):
+        xx[:, a, a], xx_diag[:, a] = self_sums(xs[a], ws[a])
+        for b in range(a + 1, k):
+            xx[:, a, b] = _weighted_cross_sums(xs[a], ws[a], xs[b], ws[b], kernel, block_size)
+            xx[:, b, a] = xx[:, a, b]
+
+    xy, yy, yy_diag, model_sizes = [], [], [], []
+    for y, v in zip(models, model_counts):
+        y = torch.as_tensor(y).to(device=dev, dtype=dt)
+        if center is not None:
+            y = y - center
+        v = torch.as_tensor(np.asarray(v), dtype=dt, device=dev)
+        xy.append(torch.stack([_weighted_cross_sums(xs[a], ws[a], y, v, kernel, block_size)
+                               for a in range(k)], dim=1))
+        total, trace = self_sums(y, v)
+        yy.append(total)
+        yy_diag.append(trace)
+        model_sizes.append(y.shape[0])
+    xx, xx_diag = xx.cpu().numpy(), xx_diag.cpu().numpy()
+    xy = torch.stack(xy, dim=1).cpu().numpy()  # (B, M, k)
+    yy, yy_diag = torch.stack(yy, dim=1).cpu().numpy(), torch.stack(yy_diag, dim=1).cpu().numpy()
+    model_sizes = np.asarray(model_sizes, dtype=np.int64)
+    return [kd_.KernelSums(client_sizes=sizes, model_sizes=model_sizes, xx=xx[b],
+                           xx_diag=xx_diag[b], xy=xy[b], yy=yy[b], yy_diag=yy_diag[b])
+            for b in range(n_resamples)]
+
+
+def _weighted_self_sums(x, w, kernel, block):
+    """For each row of w (B, n): sum_{r,s} w_r w_s k(x_r, x_s), sum_r w_r k(x_r, x_r) and
+    sum_r w_r^2 k(x_r, x_r) (the pairs of copies of one row)."""
+    acc = torch.float64
+    total = torch.zeros(w.shape[0], dtype=acc, device=x.device)
+    trace = torch.zeros(w.shape[0], dtype=acc, device=x.device)
+    copies = torch.zeros(w.shape[0], dtype=acc, device=x.device)
+    for a0 in range(0, x.shape[0], block):
+        xa, wa = x[a0:a0 + block], w[:, a0:a0 + block]
+        for b0 in range(a0, x.shape[0], block):
+            kab = kernel(xa, x[b0:b0 + block])
+            form = ((wa @ kab) * w[:, b0:b0 + block]).sum(dim=1, dtype=acc)
+            if b0 == a0:
+                total += form
+                diagonal = torch.diagonal(kab)
+                trace += (wa * diagonal).sum(dim=1, dtype=acc)
+                copies += (wa * wa * diagonal).sum(dim=1, dtype=acc)
+            else:  # the mirrored block (b, a) gives the same form
+                total += 2 * form
+    return total, trace, copies
+
+
+def _weighted_cross_sums(x, w, y, v, kernel, block):
+    """sum_{r,j} w_r v_j k(x_r, y_j) for each resample (rows of w (B, n) and v (B, m))."""
+    total = torch.zeros(w.shape[0], dtype=torch.float64, device=x.device)
+    for a0 in range(0, x.shape[0], block):
+        xa, wa = x[a0:a0 + block], w[:, a0:a0 + block]
+        for c0 in range(0, y.shape[0], block):
+            kac = kernel(xa, y[c0:c0 + block])
+            total += ((wa @ kac) * v[:, c0:c0 + block]).sum(dim=1, dtype=torch.float64)
+    return total
+
+
+def row_counts(indices: np.ndarray, n: int) -> np.ndarray:
+    """(B, n) counts of each row in each resample, from (B, n_drawn) drawn indices."""
+    indices = np.asarray(indices)
+    offsets = indices + n * np.arange(indices.shape[0])[:, None]
+    return np.bincount(offsets.ravel(), minlength=indices.shape[0] * n).reshape(-1, n)
+
+
+@dataclass(frozen=True)
+class ScoreCube:
+    """Scores as an array: ``values[..., metric, model, aggregation]``, aggregation 0 =
+    ``all``, 1 = ``avg``, 2 + i = client i; a leading axis holds resamples."""
+
+    metrics: tuple[str, ...]
+    models: tuple[str, ...]
+    clients: tuple[str, ...]
+    values: np.ndarray
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, metrics, models, clients) -> ScoreCube:
+        """The cube of one tidy score table (``metrics.score``'s columns)."""
+        index = pd.MultiIndex.from_product([metrics, models, ["all", "avg", *clients]])
+        keyed = table.assign(agg=np.where(table.aggregation == "client", table.client,
+                                          table.aggregation))
+        values = keyed.set_index(["metric", "model", "agg"]).value.reindex(index)
+        if values.isna().any():
+            raise ValueError(f"scores lack {values[values.isna()].index.tolist()[:3]}")
+        shape = (len(metrics), len(models), 2 + len(clients))
+        return cls(tuple(metrics), tuple(models), tuple(clients),
+                   values.to_numpy().reshape(shape))
+
+
+@dataclass(frozen=True)
+class BootstrapScores:
+    """The point scores and the bootstrap distribution of a set of statistics of them.
+
+    ``point`` is the cube of the data; ``distribution`` (n_statistics, B) and the
+    percentile ``low``/``high`` (n_statistics,) come from ``scipy.stats.bootstrap``. A
+    statistic undefined (NaN) in some resamples, such as tau of a constant score
+    vector, gets the same percentile interval over the resamples where it is defined;
+    ``n_defined`` (n_statistics,) counts them.
+    """
+
+    point: ScoreCube
+    distribution: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    confidence_level: float
+    n_defined: np.ndarray
+
+
+def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
+                     summary: Callable[[np.ndarray], np.ndarray],
+                     metrics: Sequence[str] = METRIC_KEYS, n_resamples: int = 1000,
+                     confidence_level: float = 0.95, seed: int = 0, batch: int | None = None,
+                     kernel: str = "poly", kernel_params=None, kd_estimator: str = "unbiased",
+                     weights: str = "size", pr_k: int = 3, dc_k: int = 5,
+                     dtype: str = "float32", device=None,
+                     block_size: int = kd_.BLOCK_SIZE) -> BootstrapScores:
+    """Percentile intervals of ``summary`` of the score cube, over bootstrap resamples.
+
+    ``summary`` maps cube values (batch, n_metrics, M, 2 + k) to statistics
+    (n_statistics, batch) (see :func:`pairwise_summary`, :func:`flat_summary`).
+    Resamples come from ``scipy.stats.bootstrap(rng=seed)`` (module doc), ``batch``
+    at a time (memory: batch x (n + sum m) counts; KD re-forms the kernel blocks
+    once per batch). KD (U or V) is re-weighted; FD and PRDC are scored afresh on
+    each resample with ``metrics.score`` (seconds each at n = 5000). Other
+    arguments are those of ``metrics.score``; an rbf/laplace bandwidth not given
+    is the median heuristic on the pooled reference, fixed for every resample.
+    """
+    wanted = check_metrics(metrics)
+    n_resamples = positive_int(n_resamples, "n_resamples")
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level: expected a number in (0, 1), got "
+                         f"{confidence_level!r}")
+    if "kd" in wanted and kd_estimator not in ("unbiased", "biased"):
+        raise ValueError(f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got "
+                         f"{kd_estimator!r}")
+    x = as_features(reference, "reference")
+    groups = client_groups(clients, x.shape[0])
+    ys = {str(g): as_features(y, f"models[{g!r}]") for g, y in models.items()}
+    if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
+        kernel_params = {**(kernel_params or {}),
+                         "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed)}
+    options = dict(kernel=kernel, kernel_params=kernel_params, kd_estimator=kd_estimator,
+                   weights=weights, pr_k=pr_k, dc_k=dc_k, dtype=dtype, device=device,
+                   block_size=block_size, seed=seed)
+    point = ScoreCube.from_table(score(x, clients, ys, metrics=wanted, **options), wanted,
+                                 tuple(ys), tuple(groups.names))
+    rows = [groups.rows(c) for c in range(len(groups.sizes))]
+    labels = np.asarray(clients)
+    lam = groups.weights(weights)
+    kern = make_kernel(kernel, kernel_params, x.shape[1]) if "kd" in wanted else None
+    others = [m for m in wanted if m != "kd"]
+
+    def statistic(*samples, axis=-1):
+        client_draws, model_draws = samples[:len(rows)], samples[len(rows):]
+        batch_size = client_draws[0].shape[0]
+        values = np.empty((batch_size,) + point.values.shape)
+        if kern is not None:
+            counts = np.zeros((batch_size, x.shape[0]), dtype=np.int64)
+            for r, draws in zip(rows, client_draws):
+                counts[:, r] = row_counts(draws, len(r))
+            sums = resampled_kernel_sums(
+                x, groups.index, list(ys.values()), kern, counts,
+                [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys.values())],
+                estimator=kd_estimator, dtype=dtype, device=device, block_size=block_size)
+            for b, s in enumerate(sums):
+                per_client, pooled = s.kd(kd_estimator)
+                values[b, wanted.index("kd")] = np.column_stack(
+                    [pooled, per_client @ lam, per_client])
+        for b in range(batch_size) if others else ():
+            picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
+            table = score(x[torch.from_numpy(picked)], labels[picked],
+                          {g: y[torch.from_numpy(d[b])]
+                           for (g, y), d in zip(ys.items(), model_draws)},
+                          metrics=others, **options)
+            cube = ScoreCube.from_table(table, others, point.models, point.clients)
+            values[b, [wanted.index(m) for m in others]] = cube.values
+        return summary(values)
+
+    data = [np.arange(len(r)) for r in rows] + [np.arange(y.shape[0]) for y in ys.values()]
+    with warnings.catch_warnings():  # NaN statistics are handled below
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
+                                 vectorized=True, paired=False,
+                                 confidence_level=confidence_level, method="percentile",
+                                 rng=np.random.default_rng(seed))
+    distribution = np.atleast_2d(result.bootstrap_distribution)
+    low = np.array(result.confidence_interval.low, dtype=np.float64, ndmin=1)
+    high = np.array(result.confidence_interval.high, dtype=np.float64, ndmin=1)
+    n_defined = np.isfinite(distribution).sum(axis=1)
+    partly = (n_defined > 0) & (n_defined < distribution.shape[1])
+    if partly.any():
+        alpha = (1 - confidence_level) / 2
+        low[partly], high[partly] = np.nanquantile(distribution[partly], [alpha, 1 - alpha],
+                                                   axis=1)
+    return BootstrapScores(point, distribution, low, high, confidence_level, n_defined)
+
+
+def flat_summary(values: np.ndarray) -> np.ndarray:
+    """Every score of the cube as a statistic, in C order of (metric, model, aggregation)."""
+    return values.reshape(values.shape[0], -1).T
+
+
+def model_pairs(n_models: int) -> list[tuple[int, int]]:
+    """All pairs (g, h), g < h, in the order of :func:`pairwise_summary`."""
+    return list(combinations(range(n_models), 2))
+
+
+def pairwise_summary(values: np.ndarray) -> np.ndarray:
+    """Per metric: score(g) - score(h) for every pair g < h, first of ``all`` then of
+    ``avg``, then Kendall tau-b(avg, all) over the models (``scipy.stats.kendalltau``).
+
+    Statistics are ordered by metric, then [all pairs, avg pairs, tau]
+    (``2 P + 1`` each, P = M (M - 1) / 2, pairs in :func:`model_pairs` order).
+    """
+    batch, n_metrics, n_models, _ = values.shape
+    g, h = np.array(model_pairs(n_models)).T.reshape(2, -1)
+    out = []
+    for i in range(n_metrics):
+        pooled, avg = values[:, i, :, POOLED], values[:, i, :, AVERAGE]
+        tau = [stats.kendalltau(avg[b], pooled[b]).statistic for b in range(batch)]
+        out += [(pooled[:, g] - pooled[:, h]).T, (avg[:, g] - avg[:, h]).T,
+                np.asarray(tau)[None, :]]
+    return np.concatenate(out, axis=0)
+
+
+def score_intervals(result: BootstrapScores) -> pd.DataFrame:
+    """The point scores as a tidy table with ``low`` and ``high`` columns, from a
+    :func:`bootstrap_scores` run with :func:`flat_summary`."""
+    cube = result.point
+    aggs = [("all", ""), ("avg", "")] + [("client", c) for c in cube.clients]
+    rows = []
+    for i, (metric, model, a) in enumerate(
+            (m, g, a) for m in cube.metrics for g in cube.models for a in range(len(aggs))):
+        aggregation, client = aggs[a]
+        j = (cube.metrics.index(metric), cube.models.index(model), a)
+        rows.append((model, metric, aggregation, client, float(cube.values[j]),
+                     float(result.low[i]), float(result.high[i])))
+    table = pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value",
+                                        "low", "high"])
+    return table.sort_values(["model", "metric"], kind="mergesort").reset_index(drop=True)
+
+
+def pairwise_intervals(result: BootstrapScores) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Differences of every model pair and Kendall tau(avg, all), with their intervals,
+    from a :func:`bootstrap_scores` run with :func:`pairwise_summary`.
+
+    Returns ``pairs`` (metric, aggregation, model_a, model_b, score_a, score_b,
+    difference = score_a - score_b, low, high) and ``tau`` (metric, kendall_tau, low,
+    high, n_defined: the resamples where tau is defined); ``n_resamples`` and
+    ``confidence_level`` on every row.
+    """
+    cube = result.point
+    pairs = model_pairs(len(cube.models))
+    point = pairwise_summary(cube.values[None])[:, 0]
+    n_resamples = result.distribution.shape[-1]
+    pair_rows, tau_rows = [], []
+    per_metric = 2 * len(pairs) + 1
+    for i, metric in enumerate(cube.metrics):
+        base = i * per_metric
+        for a, aggregation in enumerate(("all", "avg")):
+            scores = cube.values[i, :, (POOLED, AVERAGE)[a]]
+            for p, (g, h) in enumerate(pairs):
+                j = base + a * len(pairs) + p
+                pair_rows.append((metric, aggregation, cube.models[g], cube.models[h],
+                                  scores[g], scores[h], point[j], result.low[j],
+                                  result.high[j]))
+        j = base + per_metric - 1
+        tau_rows.append((metric, point[j], result.low[j], result.high[j],
+                         int(result.n_defined[j])))
+    extra = {"n_resamples": n_resamples, "confidence_level": result.confidence_level}
+    pair_table = pd.DataFrame(pair_rows, columns=["metric", "aggregation", "model_a",
+                                                  "model_b", "score_a", "score_b",
+                                                  "difference", "low", "high"])
+    tau_table = pd.DataFrame(tau_rows, columns=["metric", "kendall_tau", "low", "high",
+                                               "n_defined"])
+    return pair_table.assign(**extra), tau_table.assign(**extra)

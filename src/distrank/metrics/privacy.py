@@ -1,0 +1,226 @@
+r"""Differentially private client KD: the Gaussian mechanism on a bounded kernel.
+
+Each client i releases, for every model it scores, its KD estimate plus Gaussian
+noise, :math:`\widetilde{\mathrm{KD}}_i(G) = \mathrm{KD}(X_i, Y_G) + \mathcal N(0, \sigma_i^2)`;
+the server averages the noisy values only. The neighbouring relation is the
+replacement of one of the client's n_i reference rows (n_i is public, and so are
+the models' samples Y and the kernel, bandwidth included: a bandwidth computed on
+the client's rows would be a release of its own).
+
+**Sensitivity.** For a kernel with :math:`0 \le k \le 1` and :math:`k(x, x) = 1`
+(``rbf`` and ``laplace``), replacing row :math:`x_1` by :math:`x_1'` changes the
+estimate by
+
+.. math::
+    \Delta = \frac{2}{n} \Big( \tfrac{1}{c} \sum_{b \ge 2} [k(x_1, x_b) - k(x_1', x_b)]
+        - \tfrac{1}{m} \sum_j [k(x_1, y_j) - k(x_1', y_j)] \Big),
+    \qquad c = n - 1 \text{ (U) or } n \text{ (V)},
+
+since the model's own term does not involve X and the diagonal terms
+:math:`k(x_1, x_1) = k(x_1', x_1') = 1` cancel (V). The first average lies in
+:math:`[-(n-1)/c, (n-1)/c]`, the second in :math:`[-1, 1]`, so
+
+.. math::
+    |\Delta| \le \Delta_U = \frac{4}{n}, \qquad
+    |\Delta| \le \Delta_V = \frac{2}{n}\Big(\frac{n-1}{n} + 1\Big) = \frac{2(2n-1)}{n^2},
+
+whatever m and the model. Both bounds are suprema: they are approached by
+:math:`x_2 = \dots = x_n = x_1`, every :math:`y_j = x_1'` and
+:math:`|x_1 - x_1'| \to \infty` (the averages tend to +1 and -1).
+
+**Noise and budget.** A release with std :math:`\sigma` of a value of sensitivity
+:math:`\Delta` is :math:`(\varepsilon, \delta)`-DP iff (Balle and Wang, "Improving the
+Gaussian Mechanism for Differential Privacy: Analytical Calibration and Optimal
+Denoising", ICML 2018, Theorem 8)
+
+.. math::
+    \Phi\Big(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
+    - e^{\varepsilon} \Phi\Big(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
+    \le \delta,
+
+i.e. it is :math:`\mu`-GDP with :math:`\mu = \Delta / \sigma` (Dong, Roth and Su,
+"Gaussian Differential Privacy", JRSS-B 2022). A client that scores M models
+releases M such values of its own rows; their composition is exactly
+:math:`\sqrt{M}\,\mu`-GDP (ibid., Corollary 3.3). A client's budget
+:math:`(\varepsilon, \delta)` is therefore split equally over its releases by giving
+each the noise multiplier :math:`z = \sigma / \Delta = \sqrt{M}\, z_1(\varepsilon, \delta)`,
+with :math:`z_1` the single-release calibration above (``dp_accounting``'s
+``get_sigma_gaussian``). The budget spent is then accounted, independently, by
+``dp_accounting``'s privacy-loss-distribution accountant composing the M Gaussian
+events (a pessimistic estimate, equal to the target to ~1e-10). Clients hold
+disjoint rows, so each client's guarantee is its own (parallel composition).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import dp_accounting
+import numpy as np
+import pandas as pd
+from dp_accounting.pld import pld_privacy_accountant
+
+from distrank._backend import client_groups
+from distrank._checks import positive_int
+from distrank.metrics.scoring import score
+
+#: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
+BOUNDED_KERNELS = ("rbf", "laplace")
+ESTIMATORS = ("unbiased", "biased")
+
+
+def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:
+    """Largest change of a client's KD from replacing one of its ``n_rows`` rows.
+
+    ``4 / n`` for the U-statistic (``"unbiased"``, n >= 2) and ``2 (2n - 1) / n^2``
+    for the V-statistic (``"biased"``), for a bounded kernel (module doc).
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
+    n = positive_int(n_rows, "n_rows", minimum=2 if estimator == "unbiased" else 1)
+    return 4.0 / n if estimator == "unbiased" else 2.0 * (2 * n - 1) / n**2
+
+
+@dataclass(frozen=True)
+class PrivacyBudget:
+    """One client's budget, split over its releases (one per model it scores).
+
+    ``noise_multiplier`` is sigma / sensitivity of every release; ``epsilon_spent``
+    is the composition of the releases at ``delta`` as the dp-accounting PLD
+    accountant reports it (<= ``epsilon`` up to its discretization, ~1e-10).
+    """
+
+    epsilon: float
+    delta: float
+    n_releases: int
+    noise_multiplier: float
+    epsilon_spent: float
+
+    def noise_std(self, sensitivity: float) -> float:
+        """sigma of a release of the given sensitivity."""
+        return self.noise_multiplier * sensitivity
+
+
+def noise_multiplier(*, epsilon: float, delta: float, n_releases: int = 1) -> float:
+    r"""sigma / Delta of each of ``n_releases`` Gaussian releases composing to (epsilon, delta).
+
+    :math:`z = \sqrt{M}\, z_1(\varepsilon, \delta)`, :math:`z_1` the analytic
+    calibration of Balle and Wang (2018) computed by ``dp_accounting`` (module doc).
+    """
+    epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
+    n_releases = positive_int(n_releases, "n_releases")
+    return math.sqrt(n_releases) * dp_accounting.get_sigma_gaussian(epsilon, delta)
+
+
+def epsilon_spent(*, noise_multiplier: float, n_releases: int, delta: float) -> float:
+    """Epsilon at ``delta`` of ``n_releases`` Gaussian releases with this noise multiplier.
+
+    The dp-accounting PLD accountant (``PLDAccountant``) composes the releases.
+    A Gaussian release's privacy loss depends on shift / std alone; dp-accounting's
+    ``GaussianDpEvent(z)`` is, under its default (add-or-remove) relation, a release
+    that a neighbour shifts by one unit C and that has std z C (the RDP and PLD
+    accountants agree on that reading). A release that a replacement of one row
+    shifts by up to Delta with std sigma is therefore ``GaussianDpEvent(sigma / Delta)``.
+    """
+    z = _check_positive(noise_multiplier, "noise_multiplier")
+    n_releases = positive_int(n_releases, "n_releases")
+    delta = _check_delta(delta)
+    accountant = pld_privacy_accountant.PLDAccountant()
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), n_releases)
+    return float(accountant.compose(event).get_epsilon(delta))
+
+
+def client_budget(*, epsilon: float, delta: float, n_releases: int) -> PrivacyBudget:
+    """Split a client's (``epsilon``, ``delta``) equally over ``n_releases`` releases."""
+    z = noise_multiplier(epsilon=epsilon, delta=delta, n_releases=n_releases)
+    return PrivacyBudget(float(epsilon), float(delta), int(n_releases), z,
+                         epsilon_spent(noise_multiplier=z, n_releases=n_releases, delta=delta))
+
+
+def release_kd(kd_client, client_sizes, *, budget: PrivacyBudget, estimator: str = "unbiased",
+               rng: np.random.Generator) -> np.ndarray:
+    """Each client's KD of each model plus its Gaussian noise: what the clients release.
+
+    ``kd_client`` is (M, k) (model, client) or (draws, M, k); ``client_sizes`` (k,)
+    gives each client's rows n_i. Client i adds independent N(0, sigma_i^2) noise,
+    sigma_i = ``budget.noise_multiplier`` x ``kd_sensitivity(n_i)``, to each of
+    its M values; ``budget.n_releases`` must be M.
+    """
+    values = np.asarray(kd_client, dtype=np.float64)
+    if values.ndim not in (2, 3):
+        raise ValueError(f"kd_client: expected an (M, k) or (draws, M, k) array, "
+                         f"got shape {values.shape}")
+    sizes = np.asarray(client_sizes)
+    if sizes.shape != (values.shape[-1],):
+        raise ValueError(f"client_sizes: expected {values.shape[-1]} sizes (one per client), "
+                         f"got shape {sizes.shape}")
+    if budget.n_releases != values.shape[-2]:
+        raise ValueError(f"budget: split over {budget.n_releases} releases, but each client "
+                         f"releases {values.shape[-2]} values (one per model)")
+    std = np.array([budget.noise_std(kd_sensitivity(int(n), estimator=estimator))
+                    for n in sizes])
+    return values + rng.standard_normal(values.shape) * std
+
+
+def private_scores(reference, clients, models: Mapping[str, object], *, epsilon: float,
+                   delta: float, kernel: str = "rbf", kernel_params=None,
+                   kd_estimator: str = "unbiased", weights: str = "size", seed: int = 0,
+                   dtype: str = "float32", device=None) -> tuple[pd.DataFrame, PrivacyBudget]:
+    """KD of every model as private clients release it, and each client's budget.
+
+    Every client releases its KD of each model through :func:`release_kd` with
+    (``epsilon``, ``delta``) split over the models; ``avg`` is the weighted mean of
+    the noisy client values, the only aggregate the server can form. The table has
+    the columns of ``metrics.score`` (metric ``kd``, aggregations ``client`` and
+    ``avg``; no ``all``, which needs the pooled rows). ``kernel`` must be bounded
+    (``rbf``/``laplace``) with an explicit ``kernel_params["bandwidth"]`` chosen
+    without the clients' rows. Noise comes from ``numpy.random.default_rng(seed)``.
+    """
+    if kernel not in BOUNDED_KERNELS:
+        raise ValueError(f"kernel: private KD needs a kernel bounded in [0, 1] with "
+                         f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {kernel!r}")
+    if "bandwidth" not in (kernel_params or {}):
+        raise ValueError("kernel_params: private KD needs an explicit 'bandwidth' fixed "
+                         "without the clients' rows (a median on them would be a release)")
+    if kd_estimator not in ESTIMATORS:
+        raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {kd_estimator!r}")
+    table = score(reference, clients, models, metrics=("kd",), kernel=kernel,
+                  kernel_params=kernel_params, kd_estimator=kd_estimator, weights=weights,
+                  seed=seed, dtype=dtype, device=device)
+    local = table[table.aggregation == "client"]
+    groups = client_groups(clients, len(np.asarray(clients)))
+    names = list(dict.fromkeys(local.model))
+    values = local.pivot(index="model", columns="client", values="value")
+    values = values.loc[names, groups.names].to_numpy()
+    budget = client_budget(epsilon=epsilon, delta=delta, n_releases=len(names))
+    noisy = release_kd(values, groups.sizes, budget=budget, estimator=kd_estimator,
+                       rng=np.random.default_rng(seed))
+    avg = noisy @ groups.weights(weights)
+    rows = []
+    for g, model in enumerate(names):
+        rows.append((model, "kd", "avg", "", float(avg[g])))
+        rows += [(model, "kd", "client", c, float(v)) for c, v in zip(groups.names, noisy[g])]
+    return pd.DataFrame(rows, columns=table.columns), budget
+
+
+def _check_positive(value, name: str) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {value!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return value
+
+
+def _check_epsilon(value) -> float:
+    return _check_positive(value, "epsilon")
+
+
+def _check_delta(value) -> float:
+    value = _check_positive(value, "delta")
+    if value >= 1:
+        raise ValueError(f"delta: expected a number in (0, 1), got {value!r}")
+    return value
