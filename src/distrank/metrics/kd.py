@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._backend import as_features, resolve_device, work_dtype
+from distrank._backend import as_features, positive_int, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel, make_kernel
 
 ESTIMATORS = ("unbiased", "biased", "subsets")
@@ -52,15 +52,23 @@ class KernelSums:
         """KD per (model, client) as an (M, k) array, and KD_all per model as (M,)."""
         if estimator not in ("unbiased", "biased"):
             raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
-        n_i = self.client_sizes.astype(np.float64)
-        m = self.model_sizes.astype(np.float64)
-        within = np.diagonal(self.xx)
-        xx_client = _self_term(within, self.xx_diag, n_i, estimator)
-        xx_all = _self_term(self.xx.sum(), self.xx_diag.sum(), n_i.sum(), estimator)
-        yy = _self_term(self.yy, self.yy_diag, m, estimator)
-        kd_client = xx_client[None, :] + yy[:, None] - 2 * self.xy / (n_i[None, :] * m[:, None])
-        kd_all = xx_all + yy - 2 * self.xy.sum(axis=1) / (n_i.sum() * m)
-        return kd_client, kd_all
+        return _kd_terms(self.xx, self.xx_diag, self.xy, self.yy, self.yy_diag,
+                         self.client_sizes.astype(np.float64),
+                         self.model_sizes.astype(np.float64), estimator)
+
+
+def _kd_terms(xx, xx_diag, xy, yy, yy_diag, n_i, m, estimator):
+    """(KD per (model, client), KD_all per model) from the sums of :class:`KernelSums`.
+
+    The one formula of KD in the package (module docstring), for numpy arrays and
+    torch tensors alike (the differentiable :class:`KDObjective` uses it too).
+    """
+    xx_client = _self_term(xx.diagonal(), xx_diag, n_i, estimator)
+    xx_all = _self_term(xx.sum(), xx_diag.sum(), n_i.sum(), estimator)
+    yy = _self_term(yy, yy_diag, m, estimator)
+    kd_client = xx_client[None, :] + yy[:, None] - 2 * xy / (n_i[None, :] * m[:, None])
+    kd_all = xx_all + yy - 2 * xy.sum(axis=1) / (n_i.sum() * m)
+    return kd_client, kd_all
 
 
 def _self_term(total, diag, size, estimator):
@@ -85,25 +93,17 @@ def kernel_sums(reference: torch.Tensor, client_index: np.ndarray, models: Itera
     the diagonal are formed.
     """
     dev, dt = resolve_device(device), work_dtype(dtype)
-    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
-    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
-    if center is not None:
-        x = x - center
-    index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)
-    k = int(index.max()) + 1
-    groups = torch.nn.functional.one_hot(index, k).to(dt)
+    x, center, groups = _reference_blocks(reference, client_index, kernel, dev, dt)
+    k = groups.shape[1]
     xx, xx_diag = _symmetric_sums(x, groups, kernel, block_size)
 
     xy, yy, yy_diag, sizes = [], [], [], []
     for y in models:
-        y = torch.as_tensor(y).to(device=dev, dtype=dt)
-        if center is not None:
-            y = y - center
-        xy.append(_cross_sums(x, groups, y, kernel, block_size))
-        s, diag = _symmetric_sums(y, torch.ones(y.shape[0], 1, dtype=dt, device=dev),
-                                  kernel, block_size)
-        yy.append(s[0, 0])
-        yy_diag.append(diag[0])
+        y = torch.as_tensor(y)
+        sums = _model_sums(x, groups, y, center, kernel, block_size)
+        xy.append(sums[0])
+        yy.append(sums[1])
+        yy_diag.append(sums[2])
         sizes.append(y.shape[0])
     return KernelSums(
         client_sizes=np.bincount(client_index, minlength=k).astype(np.int64),
@@ -114,6 +114,31 @@ def kernel_sums(reference: torch.Tensor, client_index: np.ndarray, models: Itera
         yy=torch.stack(yy).cpu().numpy() if yy else np.zeros(0),
         yy_diag=torch.stack(yy_diag).cpu().numpy() if yy_diag else np.zeros(0),
     )
+
+
+def _reference_blocks(reference, client_index, kernel, dev, dt):
+    """The reference in ``dt`` on ``dev`` (centred for a translation-invariant kernel,
+    less cancellation), the centre (or None) and the (n, k) one-hot client matrix."""
+    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
+    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
+    if center is not None:
+        x = x - center
+    index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)
+    groups = torch.nn.functional.one_hot(index, int(index.max()) + 1).to(dt)
+    return x, center, groups
+
+
+def _model_sums(x, groups, y, center, kernel, block):
+    """(S_{X_i Y} per client (k,), S_YY, tr_Y), float64, differentiable in ``y``.
+
+    ``x``, ``center`` and ``groups`` come from :func:`_reference_blocks`.
+    """
+    y = y.to(device=x.device, dtype=x.dtype)
+    if center is not None:
+        y = y - center
+    s, diag = _symmetric_sums(y, torch.ones(y.shape[0], 1, dtype=x.dtype, device=x.device),
+                              kernel, block)
+    return _cross_sums(x, groups, y, kernel, block), s[0, 0], diag[0]
 
 
 def _symmetric_sums(x, groups, kernel, block):
@@ -148,6 +173,67 @@ def _cross_sums(x, groups, y, kernel, block):
                    for c0 in range(0, y.shape[0], block))
         sums += groups[a0:a0 + block].to(acc).T @ rows
     return sums
+
+
+class KDObjective:
+    r"""KD of generated rows Y to a fixed, client-split reference, differentiable in Y.
+
+    ``objective(y)`` returns ``(kd_client, kd_all)`` as float64 torch tensors of
+    shapes (k,) and (), the values :meth:`KernelSums.kd` gives for the same rows,
+    from the same block sums (:func:`_model_sums`) and the same formula
+    (:func:`_kd_terms`), with autograd through them: the squared-MMD loss of MMD
+    training (Li et al., "Generative Moment Matching Networks", ICML 2015; Dziugaite
+    et al., UAI 2015). The reference's S_XX blocks do not depend on Y and are
+    computed once, here. With :math:`\lambda_i = n_i / n` and the same Y for every
+    client,
+
+    .. math::
+        \sum_i \lambda_i \nabla_Y \mathrm{KD}(X_i, Y) = \nabla_Y \mathrm{KD}(X, Y),
+
+    because :math:`\mathrm{KD}_\mathrm{avg} - \mathrm{KD}_\mathrm{all}` does not
+    depend on Y (Theorem 1 of Wang et al., arXiv 2310.11714).
+
+    ``reference`` (n, d) and ``client_index`` (n,) as for :func:`kernel_sums`; one
+    fixed ``kernel`` (a bandwidth chosen once, never per client); ``estimator``
+    ``"unbiased"`` or ``"biased"``; kernel blocks in ``dtype``.
+    """
+
+    def __init__(self, reference, client_index, kernel: Kernel, *,
+                 estimator: str = "unbiased", dtype: str = "float64", device=None,
+                 block_size: int = BLOCK_SIZE):
+        x = as_features(reference, "reference")
+        index = np.asarray(client_index)
+        if index.shape != (x.shape[0],) or not np.issubdtype(index.dtype, np.integer) \
+                or index.min() < 0:
+            raise ValueError(f"client_index: expected {x.shape[0]} non-negative ints, got "
+                             f"{index.dtype} {index.shape}")
+        if estimator not in ("unbiased", "biased"):
+            raise ValueError(f"estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+        sizes = np.bincount(index)
+        check_sizes({f"reference: client {c}": int(n) for c, n in enumerate(sizes)}, estimator)
+        self.kernel, self.estimator = kernel, estimator
+        self.block_size = positive_int(block_size, "block_size")
+        dev, dt = resolve_device(device), work_dtype(dtype)
+        self._x, self._center, self._groups = _reference_blocks(x, index, kernel, dev, dt)
+        self._xx, self._xx_diag = _symmetric_sums(self._x, self._groups, kernel, block_size)
+        self.client_sizes = torch.as_tensor(sizes, dtype=torch.float64, device=dev)
+
+    @property
+    def dim(self) -> int:
+        return self._x.shape[1]
+
+    def __call__(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(KD(X_i, Y) for each client i, KD(X, Y) of the pooled reference X)."""
+        if not isinstance(y, torch.Tensor) or y.ndim != 2 or y.shape[1] != self.dim:
+            raise ValueError(f"y: expected a torch tensor (m, {self.dim}), got "
+                             f"{getattr(y, 'shape', type(y).__name__)}")
+        check_sizes({"y": y.shape[0]}, self.estimator)
+        xy, yy, yy_diag = _model_sums(self._x, self._groups, y, self._center, self.kernel,
+                                      self.block_size)
+        m = torch.full((1,), float(y.shape[0]), dtype=torch.float64, device=xy.device)
+        kd_client, kd_all = _kd_terms(self._xx, self._xx_diag, xy[None, :], yy[None],
+                                      yy_diag[None], self.client_sizes, m, self.estimator)
+        return kd_client[0], kd_all[0]
 
 
 def kernel_distance(x, y, *, kernel: str = "poly", kernel_params=None,
@@ -206,9 +292,7 @@ def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None =
     if estimator not in ESTIMATORS:
         raise ValueError(f"kd_estimator: expected one of {ESTIMATORS}, got {estimator!r}")
     if estimator == "subsets":
-        if isinstance(subset_size, bool) or not isinstance(subset_size, (int, np.integer)) \
-                or subset_size < 2:
-            raise ValueError(f"subset_size: expected an integer >= 2, got {subset_size!r}")
+        positive_int(subset_size, "subset_size", minimum=2)
         need, why = subset_size, f"KD subsets of subset_size={subset_size}"
     elif estimator == "unbiased":
         need, why = 2, "the unbiased KD (U-statistic)"

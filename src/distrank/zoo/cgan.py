@@ -30,7 +30,8 @@ from distrank.zoo import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Generator", "Discriminator", "truncated_normal", "train_cgan", "sample_cgan"]
+__all__ = ["Generator", "Discriminator", "truncated_normal", "train_step", "train_cgan",
+           "sample_cgan"]
 
 
 class Generator(nn.Module):
@@ -84,6 +85,28 @@ def truncated_normal(n: int, dim: int, truncation: float | None, generator) -> t
     return z
 
 
+def train_step(gen, disc, opt_g, opt_d, x, y, z) -> tuple[float, float]:
+    """One step of the cGAN training: a discriminator, then a generator update.
+
+    Hinge loss (Lim & Ye, 2017; Miyato et al., 2018): D minimises
+    ``mean(relu(1 - D(x))) + mean(relu(1 + D(G(z))))`` on real ``x`` and fakes of the
+    same labels ``y``, then G minimises ``-mean(D(G(z)))``. Returns (d_loss, g_loss).
+    """
+    fake = gen(z, y)
+    # One pass over real and fake (the discriminator has no batch statistics).
+    d_real, d_fake = disc(torch.cat([x, fake.detach()]), torch.cat([y, y])).chunk(2)
+    d_loss = torch.relu(1 - d_real).mean() + torch.relu(1 + d_fake).mean()
+    opt_d.zero_grad(set_to_none=True)
+    d_loss.backward()
+    opt_d.step()
+
+    g_loss = -disc(fake, y).mean()
+    opt_g.zero_grad(set_to_none=True)
+    g_loss.backward()
+    opt_g.step()
+    return d_loss.item(), g_loss.item()
+
+
 def train_cgan(images, labels, *, seed: int, steps: int = 1500, batch_size: int = 64,
                z_dim: int = 64, width: int = 32, lr_g: float = 1e-4, lr_d: float = 4e-4,
                n_classes: int | None = None, log_every: int = 50, threads: int = 2) -> dict:
@@ -132,20 +155,8 @@ def train_cgan(images, labels, *, seed: int, steps: int = 1500, batch_size: int 
             x, y = x_all[idx], y_all[idx]
             z = torch.randn(batch_size, z_dim, generator=rng)
 
-            fake = gen(z, y)
-            # One pass over real and fake (the discriminator has no batch statistics).
-            d_real, d_fake = disc(torch.cat([x, fake.detach()]), torch.cat([y, y])).chunk(2)
-            d_loss = torch.relu(1 - d_real).mean() + torch.relu(1 + d_fake).mean()
-            opt_d.zero_grad(set_to_none=True)
-            d_loss.backward()
-            opt_d.step()
-
-            g_loss = -disc(fake, y).mean()
-            opt_g.zero_grad(set_to_none=True)
-            g_loss.backward()
-            opt_g.step()
-
-            d_sum, g_sum = d_sum + d_loss.item(), g_sum + g_loss.item()
+            d_loss, g_loss = train_step(gen, disc, opt_g, opt_d, x, y, z)
+            d_sum, g_sum = d_sum + d_loss, g_sum + g_loss
             if step % log_every == 0 or step == steps:
                 k = (step - 1) % log_every + 1
                 history["step"].append(step)

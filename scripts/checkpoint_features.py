@@ -1,0 +1,35 @@
+"""Snakemake entry point: features of training checkpoints (a bundle, or one zoo state)."""
+
+from distrank import zoo
+from distrank._io import logged
+from distrank.features import get_extractor
+from distrank.training.evaluate import checkpoint_features, load_bundle
+
+sm = snakemake  # noqa: F821  (injected by Snakemake)
+with logged(sm.log[0]):
+    inputs = dict(sm.input.items())
+    models = sm.params.models
+    checkpoints = (
+        load_bundle(inputs["bundle"])
+        if "bundle" in inputs
+        else {models[0]: zoo.load_state(inputs["state"])}
+    )
+    cfg = sm.params.features
+    options = {"num_threads": sm.threads} if cfg["backend"] == "onnx" else {}
+    extractor = get_extractor(
+        cfg["extractor"],
+        backend=cfg["backend"],
+        device=sm.params.device,
+        cache_dir=cfg["weights_dir"],
+        **options,
+    )
+    checkpoint_features(
+        checkpoints,
+        dict(zip(models, sm.output)),
+        extractor=extractor,
+        n=sm.params.n_samples,
+        seed=sm.params.seed,
+        image_dir=sm.params.image_dir,
+        batch_size=cfg["batch_size"],
+        threads=sm.threads,
+    )

@@ -1,0 +1,44 @@
+"""Training generators across clients: the paper's two dynamic experiments (E5, E7).
+
+- :mod:`~distrank.training.fedavg`: the zoo's class-conditional GAN trained with FedAvg
+  across the clients of a partition (generator and discriminator averaged with
+  lambda_i = n_i / n after every round), and a central baseline with the same steps.
+- :mod:`~distrank.training.mmd`: fine-tuning a trained generator with the squared-MMD
+  loss of the package's own (differentiable) KD, by FedSGD, FedAvg or centrally.
+- :mod:`~distrank.training.federated`: the pieces both share: the server's weighted
+  average, the clients' data shards and seeds, and the device.
+- :mod:`~distrank.training.resume`: checkpoints after every round in a folder that a
+  failed Snakemake job does not delete; a killed job resumes from the last one and ends
+  with the same final checkpoint, bit for bit on the CPU.
+- :mod:`~distrank.training.evaluate`: a job's checkpoints as one bundle, and each
+  checkpoint sampled and passed through the pipeline's feature step.
+
+Every loop is seeded, shows a progress bar (:func:`distrank._progress.progress`) and
+runs on CUDA when available, else on the CPU, through the same code.
+"""
+
+from __future__ import annotations
+
+_EXPORTS = {
+    "Checkpoints": "resume",
+    "average_states": "federated",
+    "client_shards": "federated",
+    "train_cgan_fedavg": "fedavg",
+    "train_cgan_central": "fedavg",
+    "finetune_mmd": "mmd",
+    "feature_gradient": "mmd",
+    "Lite0Embedding": "mmd",
+    "checkpoint_features": "evaluate",
+    "load_bundle": "evaluate",
+    "save_bundle": "evaluate",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):  # PEP 562: import torch-heavy modules on first use
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

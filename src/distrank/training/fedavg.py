@@ -1,0 +1,265 @@
+r"""FedAvg training of the zoo's class-conditional GAN, and its central baseline (E5).
+
+Round r: every client i starts from the global generator G and discriminator D, runs
+``local_steps`` steps of the zoo's cGAN training (:func:`~distrank.zoo.cgan.train_step`:
+hinge loss, Adam at two time scales) on its own images only, and the server replaces both networks by
+the weighted average of the clients' ones,
+
+.. math::
+    (G, D) \leftarrow \sum_i \lambda_i (G_i, D_i), \qquad \lambda_i = n_i / n,
+
+FedAvg (McMahan et al., AISTATS 2017) applied to both networks of a GAN as in FedGAN
+(Rasouli et al., arXiv 2006.07228). Every floating tensor of the networks is averaged:
+weights, BatchNorm running statistics and the spectral-norm power-iteration vectors.
+Clients keep their own Adam states across rounds (cross-silo clients, which hold their
+data for the whole training), and draw batches and latents from their own seeded
+streams.
+
+The central baseline (:func:`train_cgan_central`) is the same loop with one client
+holding the pool and ``k * local_steps`` steps per round: the same optimiser steps,
+batch size and images seen as the federation, and a checkpoint at the same points.
+Both start from the same initial networks (built under the same seed).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from distrank._checks import positive_int
+from distrank._progress import progress
+from distrank.training.federated import (
+    Shard,
+    average_states,
+    client_seed,
+    data_digest,
+    shard_weights,
+    training_device,
+    training_session,
+)
+from distrank.training.resume import Checkpoints
+from distrank.zoo import check_labels, to_float
+from distrank.zoo.cgan import Discriminator, Generator, train_cgan, train_step
+
+__all__ = ["train_cgan_central", "train_cgan_fedavg", "zoo_defaults"]
+
+log = logging.getLogger(__name__)
+
+
+class _Client:
+    """A client's networks, optimisers, data and random stream (batches and latents)."""
+
+    def __init__(
+        self, shard: Shard, seed: int, config: dict, lr_g: float, lr_d: float, device: torch.device
+    ):
+        self.x = to_float(shard.images).to(device)
+        self.y = torch.from_numpy(shard.labels).to(device)
+        self.gen = Generator(
+            config["z_dim"], config["n_classes"], config["width"], config["side"]
+        ).to(device)
+        self.disc = Discriminator(config["n_classes"], config["width"], config["side"]).to(device)
+        self.opt_g = torch.optim.Adam(self.gen.parameters(), lr=lr_g, betas=(0.0, 0.9))
+        self.opt_d = torch.optim.Adam(self.disc.parameters(), lr=lr_d, betas=(0.0, 0.9))
+        self.rng = torch.Generator().manual_seed(seed)
+        self.order, self.pos = torch.randperm(len(shard), generator=self.rng), 0
+        self.z_dim, self.device = config["z_dim"], device
+
+    def train(
+        self, generator: dict, discriminator: dict, steps: int, batch_size: int, bar
+    ) -> list[tuple[float, float]]:
+        """``steps`` local steps from the global networks; returns the losses."""
+        self.gen.load_state_dict(generator)
+        self.disc.load_state_dict(discriminator)
+        losses = []
+        for _ in range(steps):
+            if self.pos + batch_size > len(self.order):  # a new epoch, as the zoo does
+                self.order, self.pos = torch.randperm(len(self.order), generator=self.rng), 0
+            idx = self.order[self.pos : self.pos + batch_size].to(self.device)
+            self.pos += batch_size
+            z = torch.randn(batch_size, self.z_dim, generator=self.rng).to(self.device)
+            losses.append(
+                train_step(self.gen, self.disc, self.opt_g, self.opt_d, self.x[idx], self.y[idx], z)
+            )
+            bar.update()
+        return losses
+
+    def state(self) -> dict:
+        return {
+            "opt_g": self.opt_g.state_dict(),
+            "opt_d": self.opt_d.state_dict(),
+            "rng": self.rng.get_state(),
+            "order": self.order,
+            "pos": self.pos,
+        }
+
+    def load(self, state: dict) -> None:
+        """Continue from :meth:`state` (optimiser tensors move to the parameters' device)."""
+        self.opt_g.load_state_dict(state["opt_g"])
+        self.opt_d.load_state_dict(state["opt_d"])
+        self.rng.set_state(state["rng"])
+        self.order, self.pos = state["order"], int(state["pos"])
+
+
+def _cpu(state: dict) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def zoo_defaults() -> dict:
+    """batch_size, z_dim, width, lr_g and lr_d of :func:`distrank.zoo.cgan.train_cgan`,
+    their one home."""
+    params = inspect.signature(train_cgan).parameters
+    return {k: params[k].default for k in ("batch_size", "z_dim", "width", "lr_g", "lr_d")}
+
+
+def train_cgan_fedavg(
+    shards: Sequence[Shard],
+    *,
+    seed: int,
+    rounds: int,
+    local_steps: int,
+    checkpoint_dir,
+    batch_size: int | None = None,
+    z_dim: int | None = None,
+    width: int | None = None,
+    lr_g: float | None = None,
+    lr_d: float | None = None,
+    n_classes: int | None = None,
+    threads: int = 2,
+    device=None,
+    desc: str = "fedavg cgan",
+) -> list[dict]:
+    """Train the zoo's cGAN with FedAvg across ``shards`` (one per client; module doc).
+
+    Parameters
+    ----------
+    shards : the clients' images and labels (:func:`~distrank.training.federated.client_shards`).
+    seed : seeds the initial networks (``training_session(seed)``) and every client's
+        stream (:func:`~distrank.training.federated.client_seed`).
+    rounds, local_steps : communication rounds; steps per client per round.
+    checkpoint_dir : the job's :class:`~distrank.training.resume.Checkpoints` folder
+        (outside its Snakemake outputs); a rerun resumes after the last round saved.
+    batch_size, z_dim, width, lr_g, lr_d : as in :func:`distrank.zoo.cgan.train_cgan`
+        (None: its defaults, :func:`zoo_defaults`); ``batch_size`` may not exceed the
+        smallest shard.
+    n_classes : default ``max label + 1`` over all shards.
+    threads, device : intra-op CPU threads; torch device (None: CUDA when available).
+
+    Returns
+    -------
+    list of dict
+        One zoo state per round (``family="cgan"``, ``config``, ``generator``,
+        ``history``, ``round``), as :func:`distrank.zoo.sample` reads it.
+    """
+    given = {"batch_size": batch_size, "z_dim": z_dim, "width": width, "lr_g": lr_g, "lr_d": lr_d}
+    settings = zoo_defaults() | {k: v for k, v in given.items() if v is not None}
+    batch_size, z_dim, width = settings["batch_size"], settings["z_dim"], settings["width"]
+    lr_g, lr_d = settings["lr_g"], settings["lr_d"]
+    rounds = positive_int(rounds, "rounds")
+    local_steps = positive_int(local_steps, "local_steps")
+    batch_size = positive_int(batch_size, "batch_size")
+    if not shards:
+        raise ValueError("shards: expected at least one client")
+    for i, shard in enumerate(shards):
+        if len(shard) < batch_size:
+            raise ValueError(f"batch_size ({batch_size}) exceeds client {i}'s {len(shard)} images")
+    if n_classes is None:
+        n_classes = int(max(s.labels.max() for s in shards)) + 1
+    for shard in shards:
+        check_labels(shard.labels, len(shard), n_classes)
+        to_float(shard.images[:1])  # checks uint8 (N, H, W)
+    config = {
+        "z_dim": z_dim,
+        "width": width,
+        "n_classes": n_classes,
+        "side": int(shards[0].images.shape[-1]),
+    }
+    lam = shard_weights(shards)
+    dev = training_device(device)
+    store = Checkpoints(
+        checkpoint_dir,
+        {
+            "trainer": "train_cgan_fedavg",
+            "seed": seed,
+            "rounds": rounds,
+            "local_steps": local_steps,
+            "batch_size": batch_size,
+            "config": config,
+            "lr_g": lr_g,
+            "lr_d": lr_d,
+            "threads": threads,
+            "device": dev.type,
+            "data": [data_digest(s.images, s.labels) for s in shards],
+        },
+    )
+    with training_session(seed, threads, dev):
+        gen = Generator(z_dim, n_classes, width, config["side"]).to(dev)
+        disc = Discriminator(n_classes, width, config["side"]).to(dev)
+        generator, discriminator = gen.state_dict(), disc.state_dict()
+        clients = [
+            _Client(s, client_seed(seed, i), config, lr_g, lr_d, dev) for i, s in enumerate(shards)
+        ]
+        history = {"round": [], "d_loss": [], "g_loss": []}
+        done = 0
+        resumed = store.resume()
+        if resumed is not None:
+            done = int(resumed["point"])
+            # the same dict literal as a fresh run: equal objects pickle to equal bytes
+            history = {
+                "round": list(resumed["history"]["round"]),
+                "d_loss": list(resumed["history"]["d_loss"]),
+                "g_loss": list(resumed["history"]["g_loss"]),
+            }
+            generator = {k: v.to(dev) for k, v in resumed["generator"].items()}
+            discriminator = {k: v.to(dev) for k, v in resumed["discriminator"].items()}
+            for client, state in zip(clients, resumed["clients"]):
+                client.load(state)
+        per_round = local_steps * len(shards)
+        with progress(total=rounds * per_round, desc=desc, unit="step") as bar:
+            bar.update(done * per_round)
+            for r in range(done + 1, rounds + 1):
+                losses = [
+                    c.train(generator, discriminator, local_steps, batch_size, bar) for c in clients
+                ]
+                generator = average_states([c.gen.state_dict() for c in clients], lam)
+                discriminator = average_states([c.disc.state_dict() for c in clients], lam)
+                d_loss, g_loss = np.mean([step for client in losses for step in client], axis=0)
+                history["round"].append(r)
+                history["d_loss"].append(float(d_loss))
+                history["g_loss"].append(float(g_loss))
+                log.info("%s round %d/%d: d_loss %.4f g_loss %.4f", desc, r, rounds, d_loss, g_loss)
+                checkpoint = {
+                    "family": "cgan",
+                    "config": config,
+                    "generator": _cpu(generator),
+                    "history": history,
+                    "round": r,
+                }
+                store.save(
+                    r,
+                    checkpoint,
+                    {
+                        "generator": checkpoint["generator"],
+                        "discriminator": _cpu(discriminator),
+                        "clients": [c.state() for c in clients],
+                        "history": history,
+                    },
+                )
+    return [store.load(r) for r in range(1, rounds + 1)]
+
+
+def train_cgan_central(shards: Sequence[Shard], *, local_steps: int, **kwargs) -> list[dict]:
+    """The central baseline of :func:`train_cgan_fedavg` (same arguments): the shards
+    pooled into one client that runs ``len(shards) * local_steps`` steps per round."""
+    if not shards:
+        raise ValueError("shards: expected at least one client")
+    pool = Shard(
+        np.concatenate([s.images for s in shards]), np.concatenate([s.labels for s in shards])
+    )
+    kwargs.setdefault("desc", "central cgan")
+    return train_cgan_fedavg(
+        [pool], local_steps=len(shards) * positive_int(local_steps, "local_steps"), **kwargs
+    )

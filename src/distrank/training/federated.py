@@ -1,0 +1,140 @@
+r"""What federated training needs beside the model: shards, weights, seeds, averaging, device.
+
+The server step of FedAvg (McMahan et al., "Communication-Efficient Learning of Deep
+Networks from Decentralized Data", AISTATS 2017) replaces the global weights by the
+clients' weighted average
+
+.. math::
+    w \leftarrow \sum_i \lambda_i w_i, \qquad \lambda_i = n_i / n,
+
+the weights under which the averaged KD objectives differ from the pooled one by a
+constant (Theorem 1 of Wang et al., arXiv 2310.11714).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from distrank._backend import resolve_device
+from distrank.clients import UNASSIGNED, client_weights
+
+__all__ = [
+    "Shard",
+    "average_states",
+    "client_seed",
+    "client_shards",
+    "data_digest",
+    "training_device",
+    "training_session",
+]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One client's training images (uint8 (n, H, W)) and labels (int64 (n,))."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def client_shards(images, labels, clients) -> list[Shard]:
+    """The rows of each client ``0..k-1`` (``clients`` holds each row's client, as
+    :func:`distrank.clients.partition` returns it; ``UNASSIGNED`` rows are left out)."""
+    images, labels, clients = np.asarray(images), np.asarray(labels), np.asarray(clients)
+    if not (len(images) == len(labels) == len(clients)):
+        raise ValueError(
+            f"images, labels and clients must have the same length, got "
+            f"{len(images)}, {len(labels)}, {len(clients)}"
+        )
+    ids = np.unique(clients[clients != UNASSIGNED])
+    if not len(ids) or not np.array_equal(ids, np.arange(len(ids))):
+        raise ValueError(
+            f"clients: expected ids 0..k-1 (and {UNASSIGNED} for unassigned), got {ids.tolist()}"
+        )
+    return [Shard(images[clients == c], labels[clients == c].astype(np.int64)) for c in ids]
+
+
+def shard_weights(shards: Sequence[Shard]) -> np.ndarray:
+    """lambda_i = n_i / n of the shards."""
+    return client_weights([len(s) for s in shards], "size")
+
+
+def average_states(states: Sequence[Mapping[str, torch.Tensor]], weights) -> dict:
+    """The weighted average ``sum_i weights[i] * states[i][key]`` of every floating tensor.
+
+    Sums are formed in float64 in client order and cast back, so the result does not
+    depend on the device's reduction order. Integer tensors (BatchNorm's
+    ``num_batches_tracked``) must be equal in every state and are kept.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if len(states) != len(weights) or not len(states):
+        raise ValueError(
+            f"weights: expected one weight per state ({len(states)}), got {len(weights)}"
+        )
+    keys = list(states[0])
+    for i, state in enumerate(states[1:], 1):
+        if list(state) != keys:
+            raise ValueError(f"states[{i}] has other keys than states[0]")
+    out = {}
+    for key in keys:
+        first = states[0][key]
+        if first.is_floating_point():
+            total = sum(float(w) * s[key].to(torch.float64) for w, s in zip(weights, states))
+            out[key] = total.to(first.dtype)
+        else:
+            if any(not torch.equal(s[key], first) for s in states[1:]):
+                raise ValueError(f"states disagree on the integer tensor {key!r}")
+            out[key] = first.clone()
+    return out
+
+
+def client_seed(seed: int, client: int) -> int:
+    """A 63-bit seed for client ``client``'s random stream, from ``(seed, client)``."""
+    return int(np.random.SeedSequence([seed, client]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def data_digest(*arrays: np.ndarray) -> str:
+    """sha256 over the arrays' dtypes, shapes and bytes (what a checkpoint was trained on)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def training_session(seed: int, threads: int, device: torch.device):
+    """:func:`distrank.zoo.torch_session` (seeded global RNG, ``threads`` CPU threads,
+    deterministic kernels), relaxed to warnings on CUDA, where some backward kernels
+    (e.g. adaptive average pooling's) have no deterministic version; the bitwise
+    guarantees of this package are the CPU's."""
+    from distrank.zoo import torch_session
+
+    with torch_session(seed, threads):
+        if device.type == "cuda":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        yield
+
+
+def training_device(device=None) -> torch.device:
+    """``device`` (None: CUDA when available, else the CPU), ready for deterministic runs.
+
+    On CUDA, cuBLAS is deterministic only with a fixed workspace
+    (``CUBLAS_WORKSPACE_CONFIG``, set here unless the environment sets it; it must be
+    set before the process first uses cuBLAS).
+    """
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return dev
