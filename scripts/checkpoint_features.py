@@ -2,7 +2,7 @@
 
 from distrank import zoo
 from distrank._io import logged
-from distrank.features import get_extractor
+from distrank.features import extractor_from_config
 from distrank.training.evaluate import checkpoint_features, load_bundle
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
@@ -15,14 +15,7 @@ with logged(sm.log[0]):
         else {models[0]: zoo.load_state(inputs["state"])}
     )
     cfg = sm.params.features
-    options = {"num_threads": sm.threads} if cfg["backend"] == "onnx" else {}
-    extractor = get_extractor(
-        cfg["extractor"],
-        backend=cfg["backend"],
-        device=sm.params.device,
-        cache_dir=cfg["weights_dir"],
-        **options,
-    )
+    extractor = extractor_from_config(cfg, device=sm.params.device, threads=sm.threads)
     checkpoint_features(
         checkpoints,
         dict(zip(models, sm.output)),

@@ -16,12 +16,14 @@ __all__ = [
     "cached_features",
     "extract_to_file",
     "get_extractor",
+    "extractor_from_config",
     "register_extractor",
 ]
 
 
 def __getattr__(name):  # PEP 562: keep `import distrank.features` cheap
-    if name in ("Extractor", "available_extractors", "get_extractor", "register_extractor"):
+    if name in ("Extractor", "available_extractors", "get_extractor", "extractor_from_config",
+                "register_extractor"):
         from . import base
         return getattr(base, name)
     if name in ("cached_features", "extract_to_file"):
