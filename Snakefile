@@ -40,7 +40,7 @@ check_resources()
 
 
 rule all:
+    default_target: True
     input:
         all_outputs(),
         STUDY_TARGETS,
-    default_target: True

@@ -23,8 +23,9 @@ from distrank.metrics import GaussianStats, frechet_distance, frechet_distances
 def scipy_fd(a: GaussianStats, b: GaussianStats) -> float:
     covmean = scipy.linalg.sqrtm(a.cov @ b.cov)
     covmean = covmean.real
-    return float(np.sum((a.mean - b.mean) ** 2) + np.trace(a.cov) + np.trace(b.cov)
-                 - 2 * np.trace(covmean))
+    return float(
+        np.sum((a.mean - b.mean) ** 2) + np.trace(a.cov) + np.trace(b.cov) - 2 * np.trace(covmean)
+    )
 
 
 def random_stats(rng, d: int, n: int) -> GaussianStats:
@@ -55,18 +56,21 @@ def main(argv=None) -> None:
     ours_all, t_ours_all = timed(lambda: frechet_distances([ref], models)[0])
     scipy_vals, t_scipy = [], []
     for model in models:
-        value, t = timed(lambda: scipy_fd(ref, model))
+        value, t = timed(lambda model=model: scipy_fd(ref, model))
         scipy_vals.append(value)
         t_scipy.append(t)
     t_scipy = float(np.mean(t_scipy))
     rel = np.abs(ours_all - np.array(scipy_vals)) / np.abs(scipy_vals)
     rel_one = abs(ours_one - scipy_vals[0]) / abs(scipy_vals[0])
     print(f"  scipy sqrtm, per pair          {t_scipy:8.2f} s")
-    print(f"  distrank, one pair (cold)      {t_ours_one:8.2f} s   "
-          f"ratio {t_scipy / t_ours_one:6.1f}x")
+    print(
+        f"  distrank, one pair (cold)      {t_ours_one:8.2f} s   ratio {t_scipy / t_ours_one:6.1f}x"
+    )
     per_pair = t_ours_all / args.models
-    print(f"  distrank, per pair, reused     {per_pair:8.2f} s   ratio {t_scipy / per_pair:6.1f}x"
-          f"   ({args.models} models vs one reference: {t_ours_all:.2f} s)")
+    print(
+        f"  distrank, per pair, reused     {per_pair:8.2f} s   ratio {t_scipy / per_pair:6.1f}x"
+        f"   ({args.models} models vs one reference: {t_ours_all:.2f} s)"
+    )
     print(f"  max relative difference        {max(rel.max(), rel_one):.2e}")
     print(f"  FD values                      {np.array2string(np.array(scipy_vals), precision=6)}")
 

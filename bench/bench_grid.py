@@ -46,8 +46,9 @@ def make_data(rng, n, m, d, n_models, n_clients):
     for g in range(n_models):
         mix = rng.choice(n_clients, size=m, p=rng.dirichlet(np.full(n_clients, 1.0)))
         scale = rng.uniform(0.7, 1.3)
-        models[f"model{g}"] = (rng.uniform(0.6, 1.2) * centers[mix]
-                               + scale * rng.standard_normal((m, d), dtype=np.float32))
+        models[f"model{g}"] = rng.uniform(0.6, 1.2) * centers[mix] + scale * rng.standard_normal(
+            (m, d), dtype=np.float32
+        )
     return x, clients, models
 
 
@@ -55,8 +56,11 @@ def tf_kd(x, y):
     """Unbiased KD from torch-fidelity's KID kernel, with mmd2's formula (n != m allowed)."""
     kxx, kyy, kxy = kernel_poly(x, x), kernel_poly(y, y), kernel_poly(x, y)
     n, m = len(x), len(y)
-    return float((kxx.sum() - np.trace(kxx)) / (n * (n - 1))
-                 + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.sum() / (n * m))
+    return float(
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * kxy.sum() / (n * m)
+    )
 
 
 def scipy_fd(x, y):
@@ -73,9 +77,11 @@ def baseline(x, clients, y, timings):
     lam = sizes / sizes.sum()
     parts = [x] + [x[clients == c] for c in labels]
     out = {}
-    for family, fn in (("kd", lambda p: {"kd": tf_kd(p, y)}),
-                       ("fd", lambda p: {"fd": scipy_fd(p, y)}),
-                       ("prdc", lambda p: _quiet_prdc(p, y))):
+    for family, fn in (
+        ("kd", lambda p: {"kd": tf_kd(p, y)}),
+        ("fd", lambda p: {"fd": scipy_fd(p, y)}),
+        ("prdc", lambda p: _quiet_prdc(p, y)),
+    ):
         start = time.perf_counter()
         values = [fn(p) for p in parts]
         elapsed = time.perf_counter() - start
@@ -96,8 +102,11 @@ def ours(x, clients, models, dtype, timings):
     tables = []
     for family, metrics in (("kd", ["kd"]), ("fd", ["fd"]), ("prdc", list(PRDC))):
         start = time.perf_counter()
-        tables.append(score(x, clients, models, metrics=metrics, pr_k=K_NN, dc_k=K_NN,
-                            dtype=dtype, device="cpu"))
+        tables.append(
+            score(
+                x, clients, models, metrics=metrics, pr_k=K_NN, dc_k=K_NN, dtype=dtype, device="cpu"
+            )
+        )
         timings[family] = time.perf_counter() - start
         print(f"  distrank {dtype} {family}: {timings[family]:.1f} s", flush=True)
     table = pd.concat(tables)
@@ -113,8 +122,12 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=int, default=10_000, help="reference rows (all clients)")
     p.add_argument("--m", type=int, default=2_000, help="generated rows per model")
     p.add_argument("--d", type=int, default=2048)
-    p.add_argument("--baseline-models", type=int, default=1,
-                   help="models the baseline runs on (time scaled to all models)")
+    p.add_argument(
+        "--baseline-models",
+        type=int,
+        default=1,
+        help="models the baseline runs on (time scaled to all models)",
+    )
     p.add_argument("--no-float64", action="store_true", help="skip the float64 accuracy run")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -123,22 +136,26 @@ def main(argv=None) -> None:
         args.baseline_models = args.models
     rng = np.random.default_rng(args.seed)
     x, clients, models = make_data(rng, args.n, args.m, args.d, args.models, args.clients)
-    print(f"grid: M={args.models} models x K={args.clients} clients, n={args.n}, "
-          f"m={args.m}, d={args.d}; load average {os.getloadavg()[0]:.1f}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(
+        f"grid: M={args.models} models x K={args.clients} clients, n={args.n}, "
+        f"m={args.m}, d={args.d}; load average {os.getloadavg()[0]:.1f}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+    )
 
     t_ours = {}
     ours32 = ours(x, clients, models, "float32", t_ours)
     ours64 = None if args.no_float64 else ours(x, clients, models, "float64", {})
-    sampled = list(models)[:args.baseline_models]
+    sampled = list(models)[: args.baseline_models]
     t_base, base = {}, {}
     for name in sampled:
         for key, value in baseline(x, clients, models[name], t_base).items():
             base[(name, *key)] = value
     scale = args.models / len(sampled)
 
-    print(f"\n{'':8}{'distrank s':>12}{'baseline s':>12}{'ratio':>9}   "
-          f"(baseline timed on {len(sampled)} model(s), x{scale:g})")
+    print(
+        f"\n{'':8}{'distrank s':>12}{'baseline s':>12}{'ratio':>9}   "
+        f"(baseline timed on {len(sampled)} model(s), x{scale:g})"
+    )
     for family in ("kd", "fd", "prdc"):
         b = t_base[family] * scale
         print(f"{family:8}{t_ours[family]:12.2f}{b:12.2f}{b / t_ours[family]:8.1f}x")

@@ -43,18 +43,25 @@ def main(argv=None) -> None:
     x = torch.from_numpy(rng.standard_normal((args.n, args.d), dtype=np.float32))
     y = torch.from_numpy(rng.standard_normal((args.m, args.d), dtype=np.float32) + 0.1)
     clients = rng.integers(0, args.clients, size=args.n)
-    kernel = make_kernel(args.kernel, {"bandwidth": float(np.sqrt(2 * args.d))}
-                         if args.kernel in ("rbf", "laplace") else None, args.d)
+    kernel = make_kernel(
+        args.kernel,
+        {"bandwidth": float(np.sqrt(2 * args.d))} if args.kernel in ("rbf", "laplace") else None,
+        args.d,
+    )
     b = args.block_size
     a_np, b_np = x[:b].numpy().copy(), y[:b].numpy().copy()
     flops_gemm = 2 * a_np.shape[0] * b_np.shape[0] * args.d
     entries = entries_formed(args.n, b) + args.n * args.m + entries_formed(args.m, b)
     flops_kd = 2 * args.d * entries
 
-    print(f"torch threads {torch.get_num_threads()}, OMP_NUM_THREADS="
-          f"{os.environ.get('OMP_NUM_THREADS')}, load average {os.getloadavg()[0]:.1f}")
-    print(f"KD sums, {args.kernel} kernel, n={args.n} ({args.clients} clients), m={args.m}, "
-          f"d={args.d}, block {b}, float32 products / float64 sums")
+    print(
+        f"torch threads {torch.get_num_threads()}, OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS')}, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"KD sums, {args.kernel} kernel, n={args.n} ({args.clients} clients), m={args.m}, "
+        f"d={args.d}, block {b}, float32 products / float64 sums"
+    )
     a_np @ b_np.T  # warm up
     kernel_sums(x[:b], clients[:b], [y[:b]], kernel, block_size=b, device="cpu")
     a_t, b_t = torch.from_numpy(a_np), torch.from_numpy(b_np)
@@ -76,13 +83,17 @@ def main(argv=None) -> None:
     kd_rate = flops_kd / min(t_kd) / 1e9
     print(f"  numpy SGEMM ({b}x{args.d} @ {args.d}x{b})   {gemm_rate:8.1f} GFLOP/s")
     print(f"  torch.mm, same shapes                {torch_rate:8.1f} GFLOP/s")
-    print(f"  distrank kernel_sums                 {kd_rate:8.1f} GFLOP/s   "
-          f"({min(t_kd):.2f} s for {entries / 1e6:.0f} M kernel entries)")
+    print(
+        f"  distrank kernel_sums                 {kd_rate:8.1f} GFLOP/s   "
+        f"({min(t_kd):.2f} s for {entries / 1e6:.0f} M kernel entries)"
+    )
     print(f"  fraction of numpy SGEMM              {kd_rate / gemm_rate:8.1%}")
     print(f"  fraction of torch.mm SGEMM           {kd_rate / torch_rate:8.1%}")
     dense = 2 * args.d * (args.n**2 + args.n * args.m + args.m**2)
-    print(f"  (dense-equivalent rate, counting the mirrored blocks too: "
-          f"{dense / min(t_kd) / 1e9:.1f} GFLOP/s)")
+    print(
+        f"  (dense-equivalent rate, counting the mirrored blocks too: "
+        f"{dense / min(t_kd) / 1e9:.1f} GFLOP/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -53,11 +53,15 @@ def part_a(args) -> None:
     result = prdc(reference, clients, {"model": model}, device=args.device)
     wall = time.perf_counter() - start
     peak = peak_rss_bytes()
-    print(f"(a) n=m={args.n}, d={args.d}, clients={args.clients}, float32, "
-          f"threads={torch.get_num_threads()}, device={args.device or 'cpu'}")
-    print(f"    wall {wall:.1f} s; peak RSS {peak / GIB:.2f} GiB "
-          f"(inputs {2 * reference.nbytes / GIB:.2f} GiB; RSS before the call {data_rss / GIB:.2f} GiB)"
-          f" -> {'OK' if peak < 4 * GIB else 'FAIL'} (< 4 GiB)")
+    print(
+        f"(a) n=m={args.n}, d={args.d}, clients={args.clients}, float32, "
+        f"threads={torch.get_num_threads()}, device={args.device or 'cpu'}"
+    )
+    print(
+        f"    wall {wall:.1f} s; peak RSS {peak / GIB:.2f} GiB "
+        f"(inputs {2 * reference.nbytes / GIB:.2f} GiB; RSS before the call {data_rss / GIB:.2f} GiB)"
+        f" -> {'OK' if peak < 4 * GIB else 'FAIL'} (< 4 GiB)"
+    )
     print("    all:", {metric: round(v["all"], 4) for metric, v in result["model"].items()})
 
 
@@ -76,8 +80,9 @@ def part_b(args) -> None:
     runs = {}
     for dtype in ("float32", "float64"):
         start = time.perf_counter()
-        runs[dtype] = prdc(reference, clients, {"model": model}, pr_k=k, dc_k=k,
-                           dtype=dtype, device=args.device)["model"]
+        runs[dtype] = prdc(
+            reference, clients, {"model": model}, pr_k=k, dc_k=k, dtype=dtype, device=args.device
+        )["model"]
         runs[dtype + " time"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -86,9 +91,11 @@ def part_b(args) -> None:
     print(f"    prdc.compute_prdc, pool only:      {prdc_time:7.1f} s")
     for dtype in ("float32", "float64"):
         diff = max(abs(runs[dtype][metric]["all"] - float(pooled[metric])) for metric in METRICS)
-        print(f"    distrank {dtype}, pool + clients: {runs[dtype + ' time']:7.1f} s  "
-              f"(prdc/distrank {prdc_time / runs[dtype + ' time']:.1f}x); "
-              f"max |diff| on the pool {diff:.2e}")
+        print(
+            f"    distrank {dtype}, pool + clients: {runs[dtype + ' time']:7.1f} s  "
+            f"(prdc/distrank {prdc_time / runs[dtype + ' time']:.1f}x); "
+            f"max |diff| on the pool {diff:.2e}"
+        )
 
     if args.compare_clients:
         start = time.perf_counter()
@@ -96,13 +103,20 @@ def part_b(args) -> None:
         for label in np.unique(clients):
             values = naeem(reference[clients == label], model, k)
             for dtype in diffs:
-                diffs[dtype] = max(diffs[dtype], *(abs(runs[dtype][metric][str(label)] - float(values[metric]))
-                                                   for metric in METRICS))
+                diffs[dtype] = max(
+                    diffs[dtype],
+                    *(
+                        abs(runs[dtype][metric][str(label)] - float(values[metric]))
+                        for metric in METRICS
+                    ),
+                )
         loop_time = prdc_time + time.perf_counter() - start
-        print(f"    prdc looped over pool + {args.clients} clients: {loop_time:7.1f} s "
-              f"(prdc/distrank float32 {loop_time / runs['float32 time']:.1f}x, "
-              f"float64 {loop_time / runs['float64 time']:.1f}x); max |diff| over clients: "
-              f"float32 {diffs['float32']:.2e}, float64 {diffs['float64']:.2e}")
+        print(
+            f"    prdc looped over pool + {args.clients} clients: {loop_time:7.1f} s "
+            f"(prdc/distrank float32 {loop_time / runs['float32 time']:.1f}x, "
+            f"float64 {loop_time / runs['float64 time']:.1f}x); max |diff| over clients: "
+            f"float32 {diffs['float32']:.2e}, float64 {diffs['float64']:.2e}"
+        )
 
 
 def main() -> None:
@@ -114,8 +128,9 @@ def main() -> None:
     parser.add_argument("--compare-n", type=int, default=10_000, help="(b) rows per side")
     parser.add_argument("--compare-d", type=int, default=1024, help="(b) feature dimension")
     parser.add_argument("--k", type=int, default=5, help="(b) nearest_k of prdc")
-    parser.add_argument("--compare-clients", action="store_true",
-                        help="(b) also loop prdc over the clients")
+    parser.add_argument(
+        "--compare-clients", action="store_true", help="(b) also loop prdc over the clients"
+    )
     parser.add_argument("--device", default=None, help="torch device, e.g. cuda")
     args = parser.parse_args()
     if args.part in ("a", "all"):

@@ -7,5 +7,12 @@ from distrank.data.download import fetch
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
     entry = sm.params.entry
-    fetch(entry["url"], sm.output[0], sha256=entry["sha256"], md5=entry["md5"],
-          size=entry["size"], lockfile=sm.params.lockfile)
+    fetch(
+        entry["url"],
+        sm.output[0],
+        sha256=entry["sha256"],
+        md5=entry["md5"],
+        size=entry["size"],
+        lockfile=sm.params.lockfile,
+        allow_http=sm.config["downloads_allow_http"],
+    )

@@ -5,5 +5,11 @@ from distrank.experiments.e2_fd_counterexample import write_models
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    write_models(sm.input.clients, sm.input.base, sm.output.g1, sm.output.g2,
-                 classes=sm.params.classes, seed=sm.params.seed)
+    write_models(
+        sm.input.clients,
+        sm.input.base,
+        sm.output.g1,
+        sm.output.g2,
+        classes=sm.params.classes,
+        seed=sm.params.seed,
+    )

@@ -13,6 +13,11 @@ with logged(sm.log[0]):
     images, labels = image_set
     rows = draw_subset(labels, len(images), spec, seed=sm.params.seed, where=subset)
     names = image_set.label_names
-    save_images(sm.output[0], images[rows], None if labels is None else labels[rows],
-                source=dict(spec["source"]), rows=rows.tolist(),
-                label_names=None if names is None else list(names))
+    save_images(
+        sm.output[0],
+        images[rows],
+        None if labels is None else labels[rows],
+        source=dict(spec["source"]),
+        rows=rows.tolist(),
+        label_names=None if names is None else list(names),
+    )

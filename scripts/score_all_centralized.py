@@ -5,6 +5,10 @@ from distrank.federation import score_centralized_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    score_centralized_file(sm.input.reference, sm.input.manifest,
-                           dict(zip(sm.params.models, sm.input.models)), sm.output[0],
-                           metrics_config=sm.params.metrics)
+    score_centralized_file(
+        sm.input.reference,
+        sm.input.manifest,
+        dict(zip(sm.params.models, sm.input.models)),
+        sm.output[0],
+        metrics_config=sm.params.metrics,
+    )

@@ -5,5 +5,10 @@ from distrank.federation import score_client_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    score_client_file(sm.input.client, dict(zip(sm.params.models, sm.input.models)),
-                      sm.output[0], client=sm.wildcards.client, metrics_config=sm.params.metrics)
+    score_client_file(
+        sm.input.client,
+        dict(zip(sm.params.models, sm.input.models)),
+        sm.output[0],
+        client=sm.wildcards.client,
+        metrics_config=sm.params.metrics,
+    )

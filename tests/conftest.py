@@ -16,11 +16,20 @@ TINY_CONFIG = REPO / "tests/e2e/tiny.yaml"
 
 def snakemake_tiny(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     """The real snakemake on the tiny config in `workdir` (stdout and stderr together)."""
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--configfile", str(TINY_CONFIG), *args]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(TINY_CONFIG),
+        *args,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +45,83 @@ def tiny_study(tmp_path_factory) -> Path:
     run = snakemake_tiny(workdir, "--cores", "2")
     assert run.returncode == 0, run.stdout[-5000:]
     return workdir
+
+
+# --- no network but the loopback --------------------------------------------------------------
+# Every socket of the test process (and its threads) may connect, bind and send only to
+# 127.0.0.0/8, ::1 or "localhost"; anything else raises SocketGuardError at the call and
+# fails the test that did it, even where the code under test swallows the error. Unix
+# sockets are local and allowed. Subprocesses (snakemake, flwr, chromium) are out of its
+# reach: they are kept local by their own arguments (127.0.0.1 servers, offline flags).
+
+
+class SocketGuardError(RuntimeError):
+    """A test opened a socket to an address other than the loopback."""
+
+
+def _loopback(host) -> bool:
+    import ipaddress
+
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return False  # another host name, "" or "<broadcast>": not the loopback
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+_VIOLATIONS: list[str] = []
+
+
+def _guarded(name: str, original):
+    import functools
+    import socket
+
+    @functools.wraps(original)
+    def guarded(sock, *args):
+        address = args[-1] if args else None  # (address), sendto(data[, flags], address)
+        if (
+            sock.family in (socket.AF_INET, socket.AF_INET6)
+            and isinstance(address, tuple)
+            and not _loopback(address[0])
+        ):
+            message = f"socket.{name}({address!r}): the tests may reach 127.0.0.1 / ::1 only"
+            _VIOLATIONS.append(message)
+            raise SocketGuardError(message)
+        return original(sock, *args)
+
+    return guarded
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _socket_guard():
+    import socket
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("connect", "connect_ex", "bind", "sendto"):
+            patch.setattr(socket.socket, name, _guarded(name, getattr(socket.socket, name)))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_network(_socket_guard):
+    """Fails the test (at teardown) that tried to reach an address other than the loopback."""
+    del _VIOLATIONS[:]
+    yield
+    if _VIOLATIONS:
+        found = list(_VIOLATIONS)
+        del _VIOLATIONS[:]
+        pytest.fail("network access outside the loopback: " + "; ".join(found), pytrace=False)
+
+
+@pytest.fixture
+def blocked_sockets(_no_network) -> list[str]:
+    """The guard's record of this test's refused calls (a test of the guard clears it)."""
+    return _VIOLATIONS
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -31,8 +31,11 @@ def _one_thread():
 def files(tmp_path):
     clients = np.repeat(["north", "south", "east"], [25, 30, 35])
     x = RNG.normal(size=(90, D)) + (clients == "south")[:, None] * 2.0
-    models = {"good": RNG.normal(0.5, 1.2, size=(40, D)), "bad": RNG.normal(3.0, 0.3, size=(30, D)),
-              "odd": RNG.normal(-1.0, 2.0, size=(35, D))}
+    models = {
+        "good": RNG.normal(0.5, 1.2, size=(40, D)),
+        "bad": RNG.normal(3.0, 0.3, size=(30, D)),
+        "odd": RNG.normal(-1.0, 2.0, size=(35, D)),
+    }
     np.savez(tmp_path / "ref.npz", features=x, clients=clients)
     for name, y in models.items():
         np.savez(tmp_path / f"{name}.npz", features=y)
@@ -47,20 +50,43 @@ def inputs(path):
 
 def score_args(path, *extra):
     models = [a for n in MODELS for a in ("--model", f"{n}={path / (n + '.npz')}")]
-    return ["score", "--reference", str(path / "ref.npz"), *models, "--dtype", "float64",
-            *extra]
+    return ["score", "--reference", str(path / "ref.npz"), *models, "--dtype", "float64", *extra]
 
 
 def test_private_scores_equal_the_library_and_record_the_budget(files, capsys):
     out = files / "private.csv"
-    status = main(score_args(files, "--metric", "kd", "--kernel", "rbf", "--kernel-param",
-                             "bandwidth=1.5", "--private", "1.0", "--delta", "1e-5",
-                             "--seed", "4", "--out", str(out)))
+    status = main(
+        score_args(
+            files,
+            "--metric",
+            "kd",
+            "--kernel",
+            "rbf",
+            "--kernel-param",
+            "bandwidth=1.5",
+            "--private",
+            "1.0",
+            "--delta",
+            "1e-5",
+            "--seed",
+            "4",
+            "--out",
+            str(out),
+        )
+    )
     assert status == 0
     table = pd.read_csv(out, keep_default_na=False)
     x, clients, models = inputs(files)
-    expected, budget = private_scores(x, clients, models, epsilon=1.0, delta=1e-5,
-                                      kernel_params={"bandwidth": 1.5}, seed=4, dtype="float64")
+    expected, budget = private_scores(
+        x,
+        clients,
+        models,
+        epsilon=1.0,
+        delta=1e-5,
+        kernel_params={"bandwidth": 1.5},
+        seed=4,
+        dtype="float64",
+    )
     pd.testing.assert_frame_equal(table, expected, check_exact=False, rtol=1e-12)
     assert set(table.aggregation) == {"avg", "client"}
     meta = json.loads((files / "private.csv.meta.json").read_text())
@@ -72,20 +98,86 @@ def test_private_scores_equal_the_library_and_record_the_budget(files, capsys):
     assert "epsilon" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra,message", [
-    (("--metric", "kd", "--kernel", "rbf", "--kernel-param", "bandwidth=1", "--private", "1"),
-     "--delta"),
-    (("--kernel", "rbf", "--kernel-param", "bandwidth=1", "--private", "1", "--delta", "1e-5"),
-     "--metric kd"),
-    (("--metric", "kd", "--private", "1", "--delta", "1e-5"), "kernel"),
-    (("--metric", "kd", "--kernel", "rbf", "--private", "1", "--delta", "1e-5"), "bandwidth"),
-    (("--metric", "kd", "--kernel", "rbf", "--kernel-param", "bandwidth=1", "--private", "0",
-      "--delta", "1e-5"), "epsilon"),
-    (("--metric", "kd", "--kernel", "rbf", "--kernel-param", "bandwidth=1", "--private", "1",
-      "--delta", "1e-5", "--intervals", "10"), "--intervals"),
-    (("--metric", "kd", "--kd-estimator", "subsets", "--subset-size", "10", "--n-subsets", "2",
-      "--intervals", "10"), "kd_estimator"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (
+            (
+                "--metric",
+                "kd",
+                "--kernel",
+                "rbf",
+                "--kernel-param",
+                "bandwidth=1",
+                "--private",
+                "1",
+            ),
+            "--delta",
+        ),
+        (
+            (
+                "--kernel",
+                "rbf",
+                "--kernel-param",
+                "bandwidth=1",
+                "--private",
+                "1",
+                "--delta",
+                "1e-5",
+            ),
+            "--metric kd",
+        ),
+        (("--metric", "kd", "--private", "1", "--delta", "1e-5"), "kernel"),
+        (("--metric", "kd", "--kernel", "rbf", "--private", "1", "--delta", "1e-5"), "bandwidth"),
+        (
+            (
+                "--metric",
+                "kd",
+                "--kernel",
+                "rbf",
+                "--kernel-param",
+                "bandwidth=1",
+                "--private",
+                "0",
+                "--delta",
+                "1e-5",
+            ),
+            "epsilon",
+        ),
+        (
+            (
+                "--metric",
+                "kd",
+                "--kernel",
+                "rbf",
+                "--kernel-param",
+                "bandwidth=1",
+                "--private",
+                "1",
+                "--delta",
+                "1e-5",
+                "--intervals",
+                "10",
+            ),
+            "--intervals",
+        ),
+        (
+            (
+                "--metric",
+                "kd",
+                "--kd-estimator",
+                "subsets",
+                "--subset-size",
+                "10",
+                "--n-subsets",
+                "2",
+                "--intervals",
+                "10",
+            ),
+            "kd_estimator",
+        ),
+    ],
+)
 def test_misuse_is_an_input_error_and_writes_nothing(files, capsys, extra, message):
     out = files / "bad.csv"
     assert main(score_args(files, *extra, "--out", str(out))) == EXIT_INPUT
@@ -95,15 +187,33 @@ def test_misuse_is_an_input_error_and_writes_nothing(files, capsys, extra, messa
 
 def test_intervals_add_low_and_high_from_the_bootstrap(files):
     out = files / "intervals.csv"
-    status = main(score_args(files, "--metric", "kd", "fd", "--intervals", "40", "--seed", "2",
-                             "--out", str(out)))
+    status = main(
+        score_args(
+            files, "--metric", "kd", "fd", "--intervals", "40", "--seed", "2", "--out", str(out)
+        )
+    )
     assert status == 0
     table = pd.read_csv(out, keep_default_na=False)
-    assert list(table.columns) == ["model", "metric", "aggregation", "client", "value", "low",
-                                   "high"]
+    assert list(table.columns) == [
+        "model",
+        "metric",
+        "aggregation",
+        "client",
+        "value",
+        "low",
+        "high",
+    ]
     x, clients, models = inputs(files)
-    result = bootstrap_scores(x, clients, models, summary=flat_summary, metrics=("kd", "fd"),
-                              n_resamples=40, seed=2, dtype="float64")
+    result = bootstrap_scores(
+        x,
+        clients,
+        models,
+        summary=flat_summary,
+        metrics=("kd", "fd"),
+        n_resamples=40,
+        seed=2,
+        dtype="float64",
+    )
     expected = score_intervals(result)
     keys = ["model", "metric", "aggregation", "client"]
     merged = table.merge(expected, on=keys, suffixes=("", "_lib"))

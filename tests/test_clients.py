@@ -25,10 +25,12 @@ def labels():
 
 def mean_max_class_fraction(labels, clients):
     """How dominated each client is by its most common class, averaged over clients."""
-    return np.mean([
-        np.bincount(labels[clients == c], minlength=N_CLASSES).max() / np.sum(clients == c)
-        for c in client_sizes(clients)
-    ])
+    return np.mean(
+        [
+            np.bincount(labels[clients == c], minlength=N_CLASSES).max() / np.sum(clients == c)
+            for c in client_sizes(clients)
+        ]
+    )
 
 
 def test_by_class_is_exact(labels):
@@ -62,8 +64,12 @@ def test_dirichlet_covers_every_row_and_respects_min_rows(labels, alpha):
 def test_dirichlet_skew_grows_as_alpha_shrinks(labels):
     def skew(alpha):
         scheme = {"kind": "dirichlet", "n_clients": 5, "alpha": alpha, "min_rows": 1}
-        return np.mean([mean_max_class_fraction(labels, partition(labels, scheme=scheme, seed=s))
-                        for s in range(5)])
+        return np.mean(
+            [
+                mean_max_class_fraction(labels, partition(labels, scheme=scheme, seed=s))
+                for s in range(5)
+            ]
+        )
 
     skews = [skew(a) for a in (0.1, 1.0, 1000.0)]
     assert skews[0] > skews[1] > skews[2]
@@ -73,17 +79,21 @@ def test_dirichlet_skew_grows_as_alpha_shrinks(labels):
 
 def test_kmeans_matches_sklearn(labels):
     features = np.random.default_rng(1).normal(size=(len(labels), 4)) + labels[:, None]
-    clients = partition(labels, scheme={"kind": "kmeans", "n_clients": 4}, seed=7,
-                        features=features)
+    clients = partition(
+        labels, scheme={"kind": "kmeans", "n_clients": 4}, seed=7, features=features
+    )
     expected = KMeans(n_clusters=4, n_init=10, random_state=7).fit_predict(features)
     assert np.array_equal(clients, expected)
 
 
-@pytest.mark.parametrize("scheme", [
-    {"kind": "dirichlet", "n_clients": 6, "alpha": 0.5},
-    {"kind": "kmeans", "n_clients": 3},
-    {"kind": "one_class"},
-])
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        {"kind": "dirichlet", "n_clients": 6, "alpha": 0.5},
+        {"kind": "kmeans", "n_clients": 3},
+        {"kind": "one_class"},
+    ],
+)
 def test_deterministic_under_seed(labels, scheme):
     features = np.random.default_rng(1).normal(size=(len(labels), 3))
     run = lambda seed: partition(labels, scheme=scheme, seed=seed, features=features)  # noqa: E731
@@ -92,25 +102,28 @@ def test_deterministic_under_seed(labels, scheme):
         assert not np.array_equal(run(11), run(12))
 
 
-@pytest.mark.parametrize("scheme, key", [
-    ({"kind": "stripes"}, "kind"),
-    ({"groups": [[0]]}, "kind"),
-    ({"kind": "by_class", "groups": [[0]], "n_clients": 2}, "n_clients"),
-    ({"kind": "by_class"}, "groups"),
-    ({"kind": "by_class", "groups": [[0, 1], [1]]}, "groups"),
-    ({"kind": "by_class", "groups": [[0], [42]]}, "groups"),
-    ({"kind": "by_class", "groups": [0, 1]}, "groups"),
-    ({"kind": "dirichlet", "n_clients": 3}, "alpha"),
-    ({"kind": "dirichlet", "n_clients": 3, "alpha": 0}, "alpha"),
-    ({"kind": "dirichlet", "n_clients": 0, "alpha": 1.0}, "n_clients"),
-    ({"kind": "dirichlet", "n_clients": 3, "alpha": 1.0, "min_row": 5}, "min_row"),
-    ({"kind": "dirichlet", "n_clients": 20, "alpha": 1.0, "min_rows": 100}, "min_rows"),
-    ({"kind": "one_class", "alpha": 1.0}, "alpha"),
-    ({"kind": "one_class", "classes": 3}, "classes"),
-    ({"kind": "one_class", "classes": [3, 3]}, "classes"),
-    ({"kind": "one_class", "classes": [3, 11]}, "classes"),
-    ({"kind": "kmeans", "n_clients": 3}, "features"),
-])
+@pytest.mark.parametrize(
+    "scheme, key",
+    [
+        ({"kind": "stripes"}, "kind"),
+        ({"groups": [[0]]}, "kind"),
+        ({"kind": "by_class", "groups": [[0]], "n_clients": 2}, "n_clients"),
+        ({"kind": "by_class"}, "groups"),
+        ({"kind": "by_class", "groups": [[0, 1], [1]]}, "groups"),
+        ({"kind": "by_class", "groups": [[0], [42]]}, "groups"),
+        ({"kind": "by_class", "groups": [0, 1]}, "groups"),
+        ({"kind": "dirichlet", "n_clients": 3}, "alpha"),
+        ({"kind": "dirichlet", "n_clients": 3, "alpha": 0}, "alpha"),
+        ({"kind": "dirichlet", "n_clients": 0, "alpha": 1.0}, "n_clients"),
+        ({"kind": "dirichlet", "n_clients": 3, "alpha": 1.0, "min_row": 5}, "min_row"),
+        ({"kind": "dirichlet", "n_clients": 20, "alpha": 1.0, "min_rows": 100}, "min_rows"),
+        ({"kind": "one_class", "alpha": 1.0}, "alpha"),
+        ({"kind": "one_class", "classes": 3}, "classes"),
+        ({"kind": "one_class", "classes": [3, 3]}, "classes"),
+        ({"kind": "one_class", "classes": [3, 11]}, "classes"),
+        ({"kind": "kmeans", "n_clients": 3}, "features"),
+    ],
+)
 def test_bad_schemes_name_the_key(labels, scheme, key):
     with pytest.raises(ValueError, match=f"'{key}'"):
         partition(labels, scheme=scheme, seed=0)
@@ -129,8 +142,9 @@ def test_bad_arguments(labels):
     with pytest.raises(ValueError, match="'seed'"):
         partition(labels, scheme={"kind": "one_class"}, seed=-1)
     with pytest.raises(ValueError, match="'features'"):
-        partition(labels, scheme={"kind": "kmeans", "n_clients": 2}, seed=0,
-                  features=np.zeros((3, 2)))
+        partition(
+            labels, scheme={"kind": "kmeans", "n_clients": 2}, seed=0, features=np.zeros((3, 2))
+        )
 
 
 def test_manifest_round_trip(tmp_path, labels):
@@ -144,8 +158,10 @@ def test_manifest_round_trip(tmp_path, labels):
     meta = json.loads((tmp_path / "sub" / "manifest.csv.meta.json").read_text())
     assert meta["seed"] == 0 and meta["n"] == len(labels)
     assert meta["sizes"] == {"0": 200, "1": 100}
-    assert sorted(p.name for p in path.parent.iterdir()) == ["manifest.csv",
-                                                             "manifest.csv.meta.json"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "manifest.csv",
+        "manifest.csv.meta.json",
+    ]
 
 
 def test_load_manifest_rejects_bad_files(tmp_path):

@@ -51,8 +51,10 @@ def test_a_heldout_model_needs_heldout_images():
 
 def test_an_images_model_takes_n_samples_not_max_images():
     cfg = config()
-    cfg["models"]["mine"] = {"kind": "images",
-                             "source": {"kind": "npz", "path": "x.npz", "max_images": 5}}
+    cfg["models"]["mine"] = {
+        "kind": "images",
+        "source": {"kind": "npz", "path": "x.npz", "max_images": 5},
+    }
     raises(cfg, "models.mine.source.max_images", "set n_samples")
 
 
@@ -63,25 +65,36 @@ def test_a_checkpoint_names_a_download():
 
 
 def test_a_checkpoints_code_is_unpacked():
-    cfg = config(downloads={"sg_pkl": {**DOWNLOAD, "extract": False},
-                            "sg_code": {**DOWNLOAD, "extract": False}})
+    cfg = config(
+        downloads={
+            "sg_pkl": {**DOWNLOAD, "extract": False},
+            "sg_code": {**DOWNLOAD, "extract": False},
+        }
+    )
     cfg["models"]["sg"] = {"kind": "checkpoint", "checkpoint": "sg_pkl", "code": "sg_code"}
-    raises(cfg, "models.sg.code 'sg_code' is read unpacked",
-           "downloads.sg_code.extract must be true")
+    raises(
+        cfg, "models.sg.code 'sg_code' is read unpacked", "downloads.sg_code.extract must be true"
+    )
 
 
 def test_a_folder_source_reads_an_unpacked_archive():
     cfg = config(downloads={"imgs": {**DOWNLOAD, "extract": False}})
-    cfg["reference"]["source"] = {"kind": "folder", "artifact": "imgs",
-                                  "labels_from_subfolders": True}
+    cfg["reference"]["source"] = {
+        "kind": "folder",
+        "artifact": "imgs",
+        "labels_from_subfolders": True,
+    }
     raises(cfg, "reference.source.artifact 'imgs' is read unpacked")
 
 
 def test_an_npz_source_reads_the_file():
     cfg = config(downloads={"batch": {**DOWNLOAD, "extract": True}})
     cfg["heldout"]["source"] = {"kind": "npz", "artifact": "batch"}
-    raises(cfg, "heldout.source.artifact 'batch' is read as a file",
-           "downloads.batch.extract must be false")
+    raises(
+        cfg,
+        "heldout.source.artifact 'batch' is read as a file",
+        "downloads.batch.extract must be false",
+    )
 
 
 def test_an_experiments_partition_exists():
@@ -105,8 +118,12 @@ def test_e2_base_model_is_a_model():
 def test_unlabelled_reference_cannot_be_split_by_class():
     cfg = config()
     cfg["reference"] = {"source": {"kind": "folder", "path": "imgs/"}, "n": 100}
-    raises(cfg, "partitions.by_class (by_class)", "partitions.one_class (one_class)",
-           "need(s) class labels")
+    raises(
+        cfg,
+        "partitions.by_class (by_class)",
+        "partitions.one_class (one_class)",
+        "need(s) class labels",
+    )
 
 
 def test_unlabelled_reference_cannot_be_drawn_per_class():
@@ -122,8 +139,12 @@ def test_unlabelled_reference_with_kmeans_passes():
 
 
 def test_untrusted_checkpoints_warn():
-    cfg = config(downloads={"sg_pkl": {**DOWNLOAD, "extract": False},
-                            "sg_code": {**DOWNLOAD, "extract": True}})
+    cfg = config(
+        downloads={
+            "sg_pkl": {**DOWNLOAD, "extract": False},
+            "sg_code": {**DOWNLOAD, "extract": True},
+        }
+    )
     cfg["models"]["sg"] = {"kind": "checkpoint", "checkpoint": "sg_pkl", "code": "sg_code"}
     (warning,) = check(cfg)
     assert "trust_pickles is false" in warning and "sg" in warning

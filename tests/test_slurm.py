@@ -65,9 +65,7 @@ class SlurmCluster:
 
 def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """os.environ without inherited SLURM job settings, plus `extra`."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
     env.update(extra or {})
     return env
 

@@ -87,8 +87,9 @@ def client_groups(clients, n: int) -> ClientGroups:
         clients = clients.detach().cpu().numpy()
     labels = np.asarray(clients)
     if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"clients: expected {n} labels (one per reference row), "
-                         f"got shape {labels.shape}")
+        raise ValueError(
+            f"clients: expected {n} labels (one per reference row), got shape {labels.shape}"
+        )
     if labels.dtype.kind not in "iuU":
         raise ValueError(f"clients: expected int or str labels, got dtype {labels.dtype}")
     unique, index, sizes = np.unique(labels, return_inverse=True, return_counts=True)

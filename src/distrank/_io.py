@@ -10,7 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -66,7 +65,11 @@ def logged(log_path: str | os.PathLike | None):
         yield
         return
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    with (
+        open(log_path, "w") as log,
+        contextlib.redirect_stdout(log),
+        contextlib.redirect_stderr(log),
+    ):
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         root = logging.getLogger()

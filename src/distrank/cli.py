@@ -453,8 +453,13 @@ def compute_private_scores(scoring: Scoring, args) -> pd.DataFrame:
     options["kernel_params"] = dict(args.kernel_params) or None
     try:
         table, budget = private_scores(
-            scoring.reference, scoring.clients, scoring.models, epsilon=args.private,
-            delta=args.delta, device=args.device, **options
+            scoring.reference,
+            scoring.clients,
+            scoring.models,
+            epsilon=args.private,
+            delta=args.delta,
+            device=args.device,
+            **options,
         )
     except ValueError as err:
         raise InputError(_blame(str(err), scoring)) from None
@@ -467,9 +472,11 @@ def compute_private_scores(scoring: Scoring, args) -> pd.DataFrame:
         "noise_multiplier": budget.noise_multiplier,
         "epsilon_spent": budget.epsilon_spent,
     }
-    print(f"privacy: each client spent epsilon {budget.epsilon_spent:.6g} at delta "
-          f"{budget.delta:g} on {budget.n_releases} releases (noise multiplier "
-          f"{budget.noise_multiplier:.4g})\n")
+    print(
+        f"privacy: each client spent epsilon {budget.epsilon_spent:.6g} at delta "
+        f"{budget.delta:g} on {budget.n_releases} releases (noise multiplier "
+        f"{budget.noise_multiplier:.4g})\n"
+    )
     return table
 
 
@@ -477,13 +484,19 @@ def add_intervals(table: pd.DataFrame, scoring: Scoring, args) -> pd.DataFrame:
     """``--intervals N``: columns low and high from ``distrank.metrics.bootstrap``."""
     from distrank.metrics.bootstrap import bootstrap_scores, flat_summary, score_intervals
 
-    options = {k: v for k, v in scoring.meta["options"].items()
-               if k not in ("n_subsets", "subset_size")}
+    options = {
+        k: v for k, v in scoring.meta["options"].items() if k not in ("n_subsets", "subset_size")
+    }
     try:
         result = bootstrap_scores(
-            scoring.reference, scoring.clients, scoring.models, summary=flat_summary,
-            n_resamples=args.intervals, confidence_level=args.confidence_level,
-            device=args.device, **options
+            scoring.reference,
+            scoring.clients,
+            scoring.models,
+            summary=flat_summary,
+            n_resamples=args.intervals,
+            confidence_level=args.confidence_level,
+            device=args.device,
+            **options,
         )
     except ValueError as err:
         raise InputError(_blame(str(err), scoring)) from None

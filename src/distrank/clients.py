@@ -69,20 +69,25 @@ def _assign_groups(labels, groups, key):
     owner = {}
     for client, group in enumerate(groups):
         if not isinstance(group, (list, tuple)) or not group:
-            raise ValueError(f"scheme key {key!r}: group {client} must be a non-empty "
-                             f"list of classes, got {group!r}")
+            raise ValueError(
+                f"scheme key {key!r}: group {client} must be a non-empty "
+                f"list of classes, got {group!r}"
+            )
         for c in group:
             if c in owner:
-                raise ValueError(f"scheme key {key!r}: class {c} is given twice "
-                                 f"(clients {owner[c]} and {client})")
+                raise ValueError(
+                    f"scheme key {key!r}: class {c} is given twice "
+                    f"(clients {owner[c]} and {client})"
+                )
             owner[c] = client
     clients = np.full(len(labels), UNASSIGNED, dtype=np.int64)
     for c, client in owner.items():
         clients[labels == c] = client
     empty = sorted(set(range(len(groups))) - set(client_sizes(clients)))
     if empty:
-        raise ValueError(f"scheme key {key!r}: clients {empty} have no rows "
-                         "(classes absent from 'labels')")
+        raise ValueError(
+            f"scheme key {key!r}: clients {empty} have no rows (classes absent from 'labels')"
+        )
     return clients
 
 
@@ -153,8 +158,9 @@ def n_clients(scheme: Mapping, n_classes: int | None = None) -> int:
         if "classes" in scheme:
             return len(scheme["classes"])
         if n_classes is None:
-            raise ValueError("scheme 'one_class' without 'classes' has one client per class: "
-                             "pass n_classes")
+            raise ValueError(
+                "scheme 'one_class' without 'classes' has one client per class: pass n_classes"
+            )
         return n_classes
     return scheme["n_clients"]
 
@@ -197,8 +203,10 @@ def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarra
     """
     if labels is None:
         if scheme.get("kind") != "kmeans" or features is None:
-            raise ValueError("argument 'labels' is None: only scheme 'kmeans' (with "
-                             "'features') partitions unlabelled data")
+            raise ValueError(
+                "argument 'labels' is None: only scheme 'kmeans' (with "
+                "'features') partitions unlabelled data"
+            )
         labels = np.zeros(len(features), dtype=np.int64)
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -270,4 +278,3 @@ def load_manifest(path) -> np.ndarray:
 
 def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
-

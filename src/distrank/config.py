@@ -2,7 +2,8 @@
 checked each key on its own. Torch-free and Snakemake-free, so every check is a
 unit test on a config dict.
 
-    from distrank.config import check
+    from distrank.config import check, check_file
+    check_file("config.yaml")    # a key given twice in one mapping (YAML keeps the last)
     warnings = check(config)     # ValueError naming the key path, else warnings
 
 Each check raises ``ValueError("config: <key path> ...")``.
@@ -10,6 +11,8 @@ Each check raises ``ValueError("config: <key path> ...")``.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 
 from distrank import zoo
@@ -31,32 +34,74 @@ def check(config: Mapping) -> list[str]:
     return _warnings(config)
 
 
+def check_file(path: str | os.PathLike) -> None:
+    """Raise ValueError naming the file, line and key path where a mapping of the YAML
+    (or JSON) config file ``path`` repeats a key: YAML loaders, Snakemake's included,
+    keep the last one silently, so two models of one name would become one."""
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        root = yaml.compose(handle, Loader=yaml.SafeLoader)
+    stack = [(root, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            lines: dict = {}
+            for key, value in node.value:
+                line = key.start_mark.line + 1
+                if key.value in lines:
+                    raise ValueError(
+                        f"config: {path} line {line}: {where}{key.value} is given "
+                        f"twice (first on line {lines[key.value]})"
+                    )
+                lines[key.value] = line
+                stack.append((value, f"{where}{key.value}."))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(
+                (item, f"{where.removesuffix('.')}[{i}].") for i, item in enumerate(node.value)
+            )
+
+
 def check_partition(config: Mapping, where: str, name: str) -> None:
     if name not in config["partitions"]:
-        raise ValueError(f"config: {where} is {name!r}, not one of partitions: "
-                         f"{sorted(config['partitions'])}")
+        raise ValueError(
+            f"config: {where} is {name!r}, not one of partitions: {sorted(config['partitions'])}"
+        )
 
 
 def check_model(config: Mapping, where: str, name: str) -> None:
     if name not in config["models"]:
-        raise ValueError(f"config: {where} {name!r} is not one of models: "
-                         f"{sorted(config['models'])}")
+        raise ValueError(
+            f"config: {where} {name!r} is not one of models: {sorted(config['models'])}"
+        )
+
+
+# Names of the models the experiments make (e2-G1, e5-fedavg-r01, ...): workflow/README.md.
+RESERVED_MODEL = re.compile(r"e[0-9]+-")
 
 
 def _check_models(config: Mapping) -> None:
     for name, spec in config["models"].items():
+        if RESERVED_MODEL.match(name):
+            raise ValueError(
+                f"config: models.{name}: names e<n>-... are the experiments' own "
+                "models (E2's e2-G1, E5's e5-fedavg-r01, ...); rename it"
+            )
         kind = spec["kind"]
         if kind in zoo.FAMILIES and kind not in config.get("zoo", {}):
             raise ValueError(f"config: models.{name} is a {kind}, but zoo.{kind} is not set")
         if kind in zoo.FROM_HELDOUT and "heldout" not in config:
-            raise ValueError(f"config: models.{name} is a {kind} model, made from held-out "
-                             "real images, but the config has no heldout")
+            raise ValueError(
+                f"config: models.{name} is a {kind} model, made from held-out "
+                "real images, but the config has no heldout"
+            )
         if kind == "images" and "max_images" in spec["source"]:
-            raise ValueError(f"config: models.{name}.source.max_images: an images model takes "
-                             "the first n_samples images of its source; set n_samples instead")
+            raise ValueError(
+                f"config: models.{name}.source.max_images: an images model takes "
+                "the first n_samples images of its source; set n_samples instead"
+            )
         if kind == "checkpoint":
-            _check_artifact(config, f"models.{name}.checkpoint", spec["checkpoint"],
-                            extract=False)
+            _check_artifact(config, f"models.{name}.checkpoint", spec["checkpoint"], extract=False)
             _check_artifact(config, f"models.{name}.code", spec["code"], extract=True)
 
 
@@ -72,19 +117,24 @@ def sources(config: Mapping) -> dict[str, Mapping]:
 def _check_sources(config: Mapping) -> None:
     for where, source in sources(config).items():
         if "artifact" in source:  # a folder reads an unpacked archive, npz and cifar10 the file
-            _check_artifact(config, f"{where}.source.artifact", source["artifact"],
-                            extract=source["kind"] == "folder")
+            _check_artifact(
+                config,
+                f"{where}.source.artifact",
+                source["artifact"],
+                extract=source["kind"] == "folder",
+            )
 
 
 def _check_artifact(config: Mapping, where: str, name: str, *, extract: bool) -> None:
     downloads = config.get("downloads", {})
     if name not in downloads:
-        raise ValueError(f"config: {where} is {name!r}, not one of downloads: "
-                         f"{sorted(downloads)}")
+        raise ValueError(f"config: {where} is {name!r}, not one of downloads: {sorted(downloads)}")
     if downloads[name]["extract"] != extract:
-        raise ValueError(f"config: {where} {name!r} is read "
-                         f"{'unpacked' if extract else 'as a file'}, so downloads.{name}.extract "
-                         f"must be {str(extract).lower()}")
+        raise ValueError(
+            f"config: {where} {name!r} is read "
+            f"{'unpacked' if extract else 'as a file'}, so downloads.{name}.extract "
+            f"must be {str(extract).lower()}"
+        )
 
 
 def labelled(source: Mapping) -> bool:
@@ -97,18 +147,25 @@ def _check_labels(config: Mapping) -> None:
         return
     needs = ["reference.per_class"] if "per_class" in config["reference"] else []
     used = {e["partition"] for e in config["experiments"].values() if "partition" in e}
-    needs += [f"partitions.{p} ({config['partitions'][p]['kind']})" for p in sorted(used)
-              if config["partitions"][p]["kind"] in NEEDS_LABELS]
+    needs += [
+        f"partitions.{p} ({config['partitions'][p]['kind']})"
+        for p in sorted(used)
+        if config["partitions"][p]["kind"] in NEEDS_LABELS
+    ]
     if needs:
-        raise ValueError(f"config: {', '.join(needs)} need(s) class labels, but "
-                         "reference.source is a folder without labels_from_subfolders; use n "
-                         "and kmeans partitions")
+        raise ValueError(
+            f"config: {', '.join(needs)} need(s) class labels, but "
+            "reference.source is a folder without labels_from_subfolders; use n "
+            "and kmeans partitions"
+        )
 
 
 def _warnings(config: Mapping) -> list[str]:
     checkpoints = [m for m, spec in config["models"].items() if spec["kind"] == "checkpoint"]
     if checkpoints and not config.get("trust_pickles", False):
-        return [f"config: trust_pickles is false, so generating {', '.join(checkpoints)} will "
-                "fail: loading a network pickle runs code from it. Set trust_pickles: true "
-                "only for checkpoints you trust (e.g. NVIDIA's, verified by checksum)."]
+        return [
+            f"config: trust_pickles is false, so generating {', '.join(checkpoints)} will "
+            "fail: loading a network pickle runs code from it. Set trust_pickles: true "
+            "only for checkpoints you trust (e.g. NVIDIA's, verified by checksum)."
+        ]
     return []

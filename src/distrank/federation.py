@@ -24,10 +24,16 @@ _SCORER_OPTIONS = ("kernel", "kd_estimator", "pr_k", "dc_k", "dtype")
 
 def load_features(path: str | os.PathLike, key: str = "features") -> np.ndarray:
     """The (n, d) feature matrix of an npz file; no pickle is ever loaded."""
-    with np.load(path, allow_pickle=False) as f:
+    f = np.load(path, allow_pickle=False)
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: expected an npz archive with {key!r}, got a single array")
+    with f:
         if key not in f.files:
             raise ValueError(f"{path}: no {key!r} array (has {sorted(f.files)})")
-        return f[key]
+        try:
+            return f[key]
+        except ValueError as err:  # an object array, which only pickle could read
+            raise ValueError(f"{path}: {key!r} cannot be read without pickle ({err})") from None
 
 
 def client_features(reference_path, manifest_path, client: int) -> np.ndarray:
@@ -44,8 +50,9 @@ def _load_models(model_paths: Mapping) -> dict[str, np.ndarray]:
     return {name: load_features(path) for name, path in model_paths.items()}
 
 
-def score_client_file(client_path, model_paths: Mapping, out_path, *, client: str,
-                      metrics_config: Mapping) -> dict:
+def score_client_file(
+    client_path, model_paths: Mapping, out_path, *, client: str, metrics_config: Mapping
+) -> dict:
     """Score every model (name -> feature file) on one client's features; write and
     return the record: the client's row count and, per model, m and its scores."""
     from distrank.metrics.scoring import score_client
@@ -74,16 +81,20 @@ def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
     for model in models[0]:
         local = [r["models"][model]["scores"] for r in records]
         result["models"][model] = {
-            "scores": {m: float(sum(w * s[m] for w, s in zip(lam, local))) for m in local[0]}}
+            "scores": {m: float(sum(w * s[m] for w, s in zip(lam, local))) for m in local[0]}
+        }
     for r in records:
         result["clients"][r["client"]] = {
-            "n": r["n"], "scores": {model: v["scores"] for model, v in r["models"].items()}}
+            "n": r["n"],
+            "scores": {model: v["scores"] for model, v in r["models"].items()},
+        }
     write_json(out_path, result)
     return result
 
 
-def score_centralized_file(reference_path, manifest_path, model_paths: Mapping, out_path, *,
-                           metrics_config: Mapping) -> dict:
+def score_centralized_file(
+    reference_path, manifest_path, model_paths: Mapping, out_path, *, metrics_config: Mapping
+) -> dict:
     """D_all: score every model against the pooled reference rows of a partition."""
     from distrank.metrics.scoring import score
 
@@ -91,11 +102,19 @@ def score_centralized_file(reference_path, manifest_path, model_paths: Mapping, 
     pooled_rows = owner != UNASSIGNED
     reference, labels = load_features(reference_path)[pooled_rows], owner[pooled_rows]
     ys = _load_models(model_paths)
-    table = score(reference, labels, ys, metrics=METRIC_KEYS,
-                  weights=metrics_config["weights"], **_scorer_options(metrics_config))
+    table = score(
+        reference,
+        labels,
+        ys,
+        metrics=METRIC_KEYS,
+        weights=metrics_config["weights"],
+        **_scorer_options(metrics_config),
+    )
     pooled = table[table.aggregation == "all"]
-    result = {"n": int(len(reference)),
-              "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()}}
+    result = {
+        "n": int(len(reference)),
+        "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()},
+    }
     for r in pooled.itertuples():
         result["models"][r.model]["scores"][r.metric] = float(r.value)
     write_json(out_path, result)

@@ -66,8 +66,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         state: FileServer = self.server.state
         parsed = urllib.parse.urlsplit(self.path)
-        state.requests.append({"path": parsed.path, "query": parsed.query,
-                               "range": self.headers.get("Range")})
+        state.requests.append(
+            {"path": parsed.path, "query": parsed.query, "range": self.headers.get("Range")}
+        )
         status = state._pop(state._failures)
         if status is not None:
             self.send_error(status, "injected failure")
@@ -118,8 +119,9 @@ def http_server(tmp_path_factory):
     server.daemon_threads = True
     server.state = state
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     try:
         yield state

@@ -18,8 +18,12 @@ def make_tar(path, members, mode="w"):
                 info.size = len(payload)
                 tar.addfile(info, io.BytesIO(payload))
                 continue
-            info.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
-                         "hardlink": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE}[kind]
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "symlink": tarfile.SYMTYPE,
+                "hardlink": tarfile.LNKTYPE,
+                "fifo": tarfile.FIFOTYPE,
+            }[kind]
             if kind in ("symlink", "hardlink"):
                 info.linkname = payload
             tar.addfile(info)
@@ -34,8 +38,12 @@ def make_zip(path, members):
     return path
 
 
-GOOD = [("top", "dir", None), ("top/a.txt", "file", b"alpha"), ("top/sub/b.txt", "file", b"beta"),
-        ("top/link", "symlink", "sub/b.txt")]
+GOOD = [
+    ("top", "dir", None),
+    ("top/a.txt", "file", b"alpha"),
+    ("top/sub/b.txt", "file", b"beta"),
+    ("top/link", "symlink", "sub/b.txt"),
+]
 
 
 @pytest.mark.parametrize("mode,suffix", [("w", ".tar"), ("w:gz", ".tar.gz"), ("w:bz2", ".tbz")])
@@ -77,8 +85,9 @@ def test_tar_attacks_are_refused_and_nothing_is_written(tmp_path, attack):
     assert not (tmp_path / "evil.txt").exists()
 
 
-@pytest.mark.parametrize("name", ["../evil.txt", "/evil.txt", "a/../../evil.txt", "..\\evil.txt",
-                                  "C:/evil.txt"])
+@pytest.mark.parametrize(
+    "name", ["../evil.txt", "/evil.txt", "a/../../evil.txt", "..\\evil.txt", "C:/evil.txt"]
+)
 def test_zip_attacks_are_refused(tmp_path, name):
     work = tmp_path / "work"
     work.mkdir()

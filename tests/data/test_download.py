@@ -11,7 +11,7 @@ from distrank.data.download import ChecksumError, DownloadError, fetch, read_loc
 PAYLOAD = os.urandom(100_000)
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
 MD5 = hashlib.md5(PAYLOAD).hexdigest()
-FAST = {"backoff": 0.0, "timeout": 5}
+FAST = {"backoff": 0.0, "timeout": 5, "allow_http": True}  # the local server is plain http
 
 
 def leftovers(directory):

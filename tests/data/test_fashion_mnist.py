@@ -12,7 +12,8 @@ from distrank.data.fashion_mnist import find_fashion_mnist, load_fashion_mnist, 
 
 HAVE_DEBIAN = all((fm.DEBIAN_DIR / name).is_file() for pair in fm.FILES.values() for name in pair)
 needs_debian = pytest.mark.skipif(
-    not HAVE_DEBIAN, reason=f"Debian package dataset-fashion-mnist not installed ({fm.DEBIAN_DIR})")
+    not HAVE_DEBIAN, reason=f"Debian package dataset-fashion-mnist not installed ({fm.DEBIAN_DIR})"
+)
 
 
 def independent_parse(name, offset):
@@ -56,6 +57,7 @@ def test_debian_copy_is_recompressed_but_identical():
 
 
 # --- tiny IDX files written by hand -------------------------------------------------------
+
 
 def idx_bytes(array, type_code=0x08):
     header = struct.pack(">HBB", 0, type_code, array.ndim)
@@ -116,12 +118,15 @@ def test_idx_parser_values_and_dtypes(tmp_path):
     np.testing.assert_array_equal(parsed, array)
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"\x00\x00", "too short"),
-    (b"\x01\x02\x08\x01" + b"\x00" * 8, "not an IDX file"),
-    (b"\x00\x00\x08\x01\x00\x00\x00\x05" + b"\x00" * 4, r"shape \(5,\).*holds 4 bytes"),
-    (b"\x00\x00\x08\x02\x00\x00\x00\x01", "truncated IDX header"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"\x00\x00", "too short"),
+        (b"\x01\x02\x08\x01" + b"\x00" * 8, "not an IDX file"),
+        (b"\x00\x00\x08\x01\x00\x00\x00\x05" + b"\x00" * 4, r"shape \(5,\).*holds 4 bytes"),
+        (b"\x00\x00\x08\x02\x00\x00\x00\x01", "truncated IDX header"),
+    ],
+)
 def test_idx_parser_errors(tmp_path, data, message):
     (tmp_path / "bad.idx").write_bytes(data)
     with pytest.raises(ValueError, match=message):
@@ -132,12 +137,14 @@ def test_idx_wrong_number_of_dimensions(tmp_path):
     write_tiny_dataset(tmp_path)
     # Swap labels in for images: a 1-d file where a 3-d one belongs.
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(
-        (tmp_path / "train-labels-idx1-ubyte.gz").read_bytes())
+        (tmp_path / "train-labels-idx1-ubyte.gz").read_bytes()
+    )
     with pytest.raises(ValueError, match="expected an IDX file with 3 dimensions, found 1"):
         load_fashion_mnist("train", root=tmp_path, verify=False)
 
 
 # --- download fallback ---------------------------------------------------------------------
+
 
 def test_download_when_no_local_copy(http_server, tmp_path, monkeypatch):
     monkeypatch.setattr(fm, "DEBIAN_DIR", tmp_path / "no-debian-here")
@@ -151,7 +158,9 @@ def test_download_when_no_local_copy(http_server, tmp_path, monkeypatch):
 
     # The first mirror is down (404), the second serves the files.
     mirrors = (http_server.url("dead/"), http_server.url("fashion/"))
-    directory = find_fashion_mnist(download_dir=tmp_path / "resources", mirrors=mirrors, md5s=md5s)
+    directory = find_fashion_mnist(
+        download_dir=tmp_path / "resources", mirrors=mirrors, md5s=md5s, allow_http=True
+    )  # the local server is plain http
     assert directory == tmp_path / "resources"
     images, labels = load_fashion_mnist("test", root=directory, verify=False)
     np.testing.assert_array_equal(images, arrays["test"][0])
@@ -159,7 +168,9 @@ def test_download_when_no_local_copy(http_server, tmp_path, monkeypatch):
     # Wrong published md5: the download is refused and nothing is kept.
     bad = dict(md5s, **{"t10k-labels-idx1-ubyte.gz": "0" * 32})
     with pytest.raises(fm.DownloadError, match="t10k-labels-idx1-ubyte.gz"):
-        find_fashion_mnist(download_dir=tmp_path / "other", mirrors=mirrors[1:], md5s=bad)
+        find_fashion_mnist(
+            download_dir=tmp_path / "other", mirrors=mirrors[1:], md5s=bad, allow_http=True
+        )
     assert not (tmp_path / "other" / "t10k-labels-idx1-ubyte.gz").exists()
 
 
@@ -177,4 +188,4 @@ def test_published_checksums_are_the_readme_values():
         "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
         "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
     }
-    assert fm.MIRRORS[0] == "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+    assert all(m.startswith("https://") for m in fm.MIRRORS)  # fetch refuses plain http

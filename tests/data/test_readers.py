@@ -31,7 +31,7 @@ from distrank.data import (
 )
 from distrank.data.readers import RestrictedUnpickler
 
-FAST = {"backoff": 0.0, "timeout": 5}
+FAST = {"backoff": 0.0, "timeout": 5, "allow_http": True}  # the local server is plain http
 rng = np.random.default_rng(7)
 
 
@@ -40,6 +40,7 @@ def md5(data):
 
 
 # --- CIFAR-10 python tarball ---------------------------------------------------------------
+
 
 class Py2Pickler(pickle._Pickler):  # the pure-Python pickler lets us override opcodes
     """Writes str and bytes as Python 2 byte strings (SHORT_BINSTRING/BINSTRING), as cPickle did."""
@@ -70,11 +71,15 @@ def cifar_tarball(batches, *, members=None):
     """batches: name -> (data (N,3072) uint8, labels list). Returns the .tar.gz bytes."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        payloads = {name: py2_style_pickle({b"batch_label": name.encode(), b"labels": labels,
-                                            b"data": data, b"filenames": []})
-                    for name, (data, labels) in batches.items()}
+        payloads = {
+            name: py2_style_pickle(
+                {b"batch_label": name.encode(), b"labels": labels, b"data": data, b"filenames": []}
+            )
+            for name, (data, labels) in batches.items()
+        }
         payloads["batches.meta"] = pickle.dumps(
-            {b"label_names": [f"class{i}".encode() for i in range(10)], b"num_vis": 3072})
+            {b"label_names": [f"class{i}".encode() for i in range(10)], b"num_vis": 3072}
+        )
         payloads.update(members or {})
         for name, payload in payloads.items():
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
@@ -85,16 +90,19 @@ def cifar_tarball(batches, *, members=None):
 
 def tiny_cifar_batches():
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    return {name: (rng.integers(0, 256, (4, 3072), dtype=np.uint8), [i % 10 for i in range(4)])
-            for name in names}
+    return {
+        name: (rng.integers(0, 256, (4, 3072), dtype=np.uint8), [i % 10 for i in range(4)])
+        for name in names
+    }
 
 
 def test_cifar10_tarball_downloaded_and_read(http_server, tmp_path):
     batches = tiny_cifar_batches()
     blob = cifar_tarball(batches)
     url = http_server.put("~kriz/cifar-10-python.tar.gz", blob)
-    tar_path = fetch(url, tmp_path / "cifar-10-python.tar.gz", md5=md5(blob), size=len(blob),
-                     **FAST)
+    tar_path = fetch(
+        url, tmp_path / "cifar-10-python.tar.gz", md5=md5(blob), size=len(blob), **FAST
+    )
 
     images, labels = read_cifar10_python(tar_path, "train")
     assert images.shape == (20, 32, 32, 3) and images.dtype == np.uint8
@@ -110,13 +118,17 @@ def test_cifar10_tarball_downloaded_and_read(http_server, tmp_path):
     # The same tarball also goes through safe extraction.
     extracted = safe_extract(tar_path, tmp_path / "cifar")
     assert sorted(p.name for p in (extracted / "cifar-10-batches-py").iterdir()) == sorted(
-        [*batches, "batches.meta"])
+        [*batches, "batches.meta"]
+    )
 
 
 def test_cifar10_reads_python3_pickles_too(tmp_path):
     batches = tiny_cifar_batches()
-    modern = {"test_batch": pickle.dumps({b"data": batches["test_batch"][0],
-                                          b"labels": batches["test_batch"][1]}, protocol=5)}
+    modern = {
+        "test_batch": pickle.dumps(
+            {b"data": batches["test_batch"][0], b"labels": batches["test_batch"][1]}, protocol=5
+        )
+    }
     (tmp_path / "c.tar.gz").write_bytes(cifar_tarball(batches, members=modern))
     images, labels = read_cifar10_python(tmp_path / "c.tar.gz", "test")
     assert images[1, 2, 3, 0] == batches["test_batch"][0][1, 2 * 32 + 3]
@@ -136,18 +148,24 @@ def test_malicious_pickle_in_tarball_is_refused(tmp_path):
     batches = tiny_cifar_batches()
     evil = {"data_batch_3": pickle.dumps({b"data": Exploit(marker), b"labels": []})}
     (tmp_path / "c.tar.gz").write_bytes(cifar_tarball(batches, members=evil))
-    with pytest.raises(UnsafePickleError, match=r"data_batch_3: refusing to load global (posix|nt)"
-                                                r"\.system"):
+    with pytest.raises(
+        UnsafePickleError,
+        match=r"data_batch_3: refusing to load global (posix|nt)"
+        r"\.system",
+    ):
         read_cifar10_python(tmp_path / "c.tar.gz", "train")
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("payload", [
-    b"cbuiltins\neval\n(S'1+1'\ntR.",             # protocol 0 GLOBAL
-    pickle.dumps(print),                              # a function by reference
-    pickle.dumps(Exploit("x")),                       # reduce to os.system
-    b"\x80\x02cnumpy\nload\nq\x00.",                  # numpy, but not an allowed name
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"cbuiltins\neval\n(S'1+1'\ntR.",  # protocol 0 GLOBAL
+        pickle.dumps(print),  # a function by reference
+        pickle.dumps(Exploit("x")),  # reduce to os.system
+        b"\x80\x02cnumpy\nload\nq\x00.",  # numpy, but not an allowed name
+    ],
+)
 def test_restricted_unpickler_refuses_globals(payload):
     with pytest.raises(UnsafePickleError, match="refusing to load global"):
         RestrictedUnpickler(io.BytesIO(payload), source="x").load()
@@ -163,6 +181,7 @@ def test_restricted_unpickler_builds_arrays_and_containers():
 
 # --- ADM / guided-diffusion npz batches -------------------------------------------------------
 
+
 def npz_bytes(**arrays):
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -174,7 +193,8 @@ def test_adm_npz_downloaded_with_lockfile_and_read(http_server, tmp_path):
     labels = np.array([3, 1, 4, 1, 5, 9])
     url = http_server.put(
         "diffusion/jul-2021/ref_batches/imagenet/256/VIRTUAL_imagenet256_labeled.npz",
-        npz_bytes(arr_0=images, arr_1=labels))
+        npz_bytes(arr_0=images, arr_1=labels),
+    )
     lock = tmp_path / "checksums.lock"  # no hash is published for these batches
     path = fetch(url, tmp_path / "ref.npz", lockfile=lock, **FAST)
     got_images, got_labels = read_adm_npz(path)
@@ -194,12 +214,15 @@ def test_adm_sample_batch_without_labels(tmp_path):
     assert labels is None
 
 
-@pytest.mark.parametrize("arrays,error,message", [
-    ({"images": np.zeros((1, 2, 2, 3), np.uint8)}, KeyError, "no 'arr_0'.*images"),
-    ({"arr_0": np.zeros((1, 2, 2, 3), np.float32)}, ValueError, "arr_0.*uint8"),
-    ({"arr_0": np.zeros((1, 2, 2, 4), np.uint8)}, ValueError, r"arr_0.*C in \{1, 3\}"),
-    ({"arr_0": np.array([None, 1], dtype=object)}, ValueError, "object arrays"),
-])
+@pytest.mark.parametrize(
+    "arrays,error,message",
+    [
+        ({"images": np.zeros((1, 2, 2, 3), np.uint8)}, KeyError, "no 'arr_0'.*images"),
+        ({"arr_0": np.zeros((1, 2, 2, 3), np.float32)}, ValueError, "arr_0.*uint8"),
+        ({"arr_0": np.zeros((1, 2, 2, 4), np.uint8)}, ValueError, r"arr_0.*C in \{1, 3\}"),
+        ({"arr_0": np.array([None, 1], dtype=object)}, ValueError, "object arrays"),
+    ],
+)
 def test_adm_npz_errors_name_file_and_key(tmp_path, arrays, error, message):
     path = tmp_path / "bad.npz"
     if any(a.dtype == object for a in arrays.values()):
@@ -228,8 +251,9 @@ def test_afhq_zip_downloaded_extracted_read(http_server, tmp_path):
         for split, count in (("train", 2), ("val", 1)):
             for animal, colour in COLOURS.items():
                 for i in range(count):
-                    archive.writestr(f"afhq/{split}/{animal}/{animal}_{i:04d}.jpg",
-                                     jpeg_bytes(colour))
+                    archive.writestr(
+                        f"afhq/{split}/{animal}/{animal}_{i:04d}.jpg", jpeg_bytes(colour)
+                    )
         archive.writestr("__MACOSX/afhq/train/cat/._cat_0000.jpg", b"resource fork, not a jpeg")
     # Dropbox-style: a query string and a redirect to the real location.
     http_server.put("content/afhq.zip", buffer.getvalue())
@@ -249,6 +273,7 @@ def test_afhq_zip_downloaded_extracted_read(http_server, tmp_path):
 
 
 # --- FFHQ thumbnails: a folder of PNGs in chunk subfolders ----------------------------------------
+
 
 def png_bytes(pixels):
     buffer = io.BytesIO()
@@ -295,10 +320,16 @@ def test_image_folder_errors(tmp_path):
 
 # --- the project's image-set npz ------------------------------------------------------------------
 
+
 def test_image_set_round_trip(tmp_path):
     images = rng.integers(0, 256, (4, 6, 6, 3), dtype=np.uint8)
-    path = save_images(tmp_path / "sets" / "real.npz", images, np.array([0, 1, 1, 2], np.int32),
-                       source="unit test", seed=3)
+    path = save_images(
+        tmp_path / "sets" / "real.npz",
+        images,
+        np.array([0, 1, 1, 2], np.int32),
+        source="unit test",
+        seed=3,
+    )
     got, labels = load_images(path)
     np.testing.assert_array_equal(got, images)
     assert labels.dtype == np.int64 and labels.tolist() == [0, 1, 1, 2]
@@ -316,12 +347,15 @@ def test_image_set_grayscale_string_labels_and_compression(tmp_path):
     assert labels is None
 
 
-@pytest.mark.parametrize("images,labels,message", [
-    (np.zeros((2, 4, 4, 3), np.float32), None, "uint8"),
-    (np.zeros((2, 4, 4, 2), np.uint8), None, r"C in \{1, 3\}"),
-    (np.zeros((2, 4, 4, 3), np.uint8), np.array([1]), r"labels must have shape \(2,\)"),
-    (np.zeros((2, 4, 4, 3), np.uint8), np.array([0.5, 1.5]), "integers or strings"),
-])
+@pytest.mark.parametrize(
+    "images,labels,message",
+    [
+        (np.zeros((2, 4, 4, 3), np.float32), None, "uint8"),
+        (np.zeros((2, 4, 4, 2), np.uint8), None, r"C in \{1, 3\}"),
+        (np.zeros((2, 4, 4, 3), np.uint8), np.array([1]), r"labels must have shape \(2,\)"),
+        (np.zeros((2, 4, 4, 3), np.uint8), np.array([0.5, 1.5]), "integers or strings"),
+    ],
+)
 def test_save_images_validates(tmp_path, images, labels, message):
     with pytest.raises(ValueError, match=message):
         save_images(tmp_path / "x.npz", images, labels)

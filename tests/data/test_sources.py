@@ -37,12 +37,15 @@ def bicubic(image, height, width):
 
 # --- npz: ADM batches and the project's image sets -------------------------------------------
 
+
 @pytest.fixture
 def adm_batch(http_server, tmp_path):
     images = rng.integers(0, 256, (6, 8, 8, 3), dtype=np.uint8)
     labels = np.array([7, 3, 7, 1, 3, 7])
-    url = http_server.put("diffusion/jul-2021/ref_batches/imagenet/256/"
-                          "VIRTUAL_imagenet256_labeled.npz", npz_bytes(arr_0=images, arr_1=labels))
+    url = http_server.put(
+        "diffusion/jul-2021/ref_batches/imagenet/256/VIRTUAL_imagenet256_labeled.npz",
+        npz_bytes(arr_0=images, arr_1=labels),
+    )
     lock = tmp_path / "resources" / "checksums.lock"
     path = fetch(url, tmp_path / "resources/downloads/imagenet256_ref", lockfile=lock, **FAST)
     return {"imagenet256_ref": str(path)}, images, labels
@@ -55,16 +58,19 @@ def test_npz_adm_batch_by_artifact(adm_batch):
     np.testing.assert_array_equal(got.images, images)
     assert got.labels.dtype == np.int64 and got.labels.tolist() == labels.tolist()
     assert got.label_names is None
-    first = load_source({"kind": "npz", "artifact": "imagenet256_ref", "max_images": 2},
-                        paths=paths)
+    first = load_source(
+        {"kind": "npz", "artifact": "imagenet256_ref", "max_images": 2}, paths=paths
+    )
     np.testing.assert_array_equal(first.images, images[:2])
     assert first.labels.tolist() == [7, 3]
 
 
 def test_npz_max_per_class_and_resolution(adm_batch):
     paths, images, labels = adm_batch
-    got = load_source({"kind": "npz", "artifact": "imagenet256_ref", "max_per_class": 2,
-                       "resolution": [4, 6]}, paths=paths)
+    got = load_source(
+        {"kind": "npz", "artifact": "imagenet256_ref", "max_per_class": 2, "resolution": [4, 6]},
+        paths=paths,
+    )
     kept = [0, 1, 2, 3, 4]  # the third 7 (row 5) is dropped; source order is kept
     assert got.labels.tolist() == labels[kept].tolist()
     assert got.images.shape == (5, 4, 6, 3) and got.images.dtype == np.uint8
@@ -106,6 +112,7 @@ def test_npz_errors_name_the_file(tmp_path):
 
 # --- CIFAR-10 python tarball -----------------------------------------------------------------
 
+
 def test_cifar10_by_artifact(http_server, tmp_path):
     batches = tiny_cifar_batches()
     blob = cifar_tarball(batches)
@@ -113,21 +120,32 @@ def test_cifar10_by_artifact(http_server, tmp_path):
     path = fetch(url, tmp_path / "downloads/cifar10_python", md5=md5(blob), size=len(blob), **FAST)
     paths = {"cifar10_python": path}
 
-    train = load_source({"kind": "cifar10", "artifact": "cifar10_python", "split": "train"},
-                        paths=paths)
+    train = load_source(
+        {"kind": "cifar10", "artifact": "cifar10_python", "split": "train"}, paths=paths
+    )
     assert train.images.shape == (20, 32, 32, 3) and train.labels.tolist() == [0, 1, 2, 3] * 5
     assert train.label_names == tuple(f"class{i}" for i in range(10))
     data = batches["data_batch_1"][0]  # rows hold the red, green, blue planes
     assert train.images[2, 3, 4, 1] == data[2, 1024 + 3 * 32 + 4]
 
-    test = load_source({"kind": "cifar10", "artifact": "cifar10_python", "split": "test",
-                        "max_per_class": 1, "max_images": 3, "resolution": 16}, paths=paths)
+    test = load_source(
+        {
+            "kind": "cifar10",
+            "artifact": "cifar10_python",
+            "split": "test",
+            "max_per_class": 1,
+            "max_images": 3,
+            "resolution": 16,
+        },
+        paths=paths,
+    )
     assert test.images.shape == (3, 16, 16, 3) and test.labels.tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="needs the key 'split'"):
         load_source({"kind": "cifar10", "artifact": "cifar10_python"}, paths=paths)
 
 
 # --- AFHQ: zip of JPEGs, a subfolder per class -----------------------------------------------
+
 
 @pytest.fixture
 def afhq(http_server, tmp_path):
@@ -136,8 +154,10 @@ def afhq(http_server, tmp_path):
         for split, count in (("train", 2), ("val", 1)):
             for animal, colour in COLOURS.items():
                 for i in range(count):
-                    archive.writestr(f"afhq/{split}/{animal}/flickr_{animal}_{i:06d}.jpg",
-                                     jpeg_bytes(colour, size=16))
+                    archive.writestr(
+                        f"afhq/{split}/{animal}/flickr_{animal}_{i:06d}.jpg",
+                        jpeg_bytes(colour, size=16),
+                    )
     url = http_server.put("s/t9l9o3vsx2jai3z/afhq.zip", buffer.getvalue())
     lock = tmp_path / "checksums.lock"
     archive_path = fetch(url + "?dl=1", tmp_path / "downloads/afhq", lockfile=lock, **FAST)
@@ -145,15 +165,20 @@ def afhq(http_server, tmp_path):
 
 
 def test_afhq_folder_labels_from_subfolders(afhq):
-    source = {"kind": "folder", "artifact": "afhq", "subdir": "afhq/train",
-              "labels_from_subfolders": True}
+    source = {
+        "kind": "folder",
+        "artifact": "afhq",
+        "subdir": "afhq/train",
+        "labels_from_subfolders": True,
+    }
     got = load_source(source, paths=afhq)
     assert got.images.shape == (6, 16, 16, 3) and got.images.dtype == np.uint8
     assert got.label_names == ("cat", "dog", "wild")
     assert got.labels.dtype == np.int64 and got.labels.tolist() == [0, 0, 1, 1, 2, 2]
     for image, label in zip(got.images, got.labels):  # JPEG is lossy: compare mean colours
-        np.testing.assert_allclose(image.reshape(-1, 3).mean(0),
-                                   COLOURS[got.label_names[label]], atol=3)
+        np.testing.assert_allclose(
+            image.reshape(-1, 3).mean(0), COLOURS[got.label_names[label]], atol=3
+        )
 
     one_each = load_source({**source, "max_per_class": 1, "resolution": 8}, paths=afhq)
     assert one_each.labels.tolist() == [0, 1, 2] and one_each.images.shape == (3, 8, 8, 3)
@@ -170,6 +195,7 @@ def test_afhq_folder_labels_from_subfolders(afhq):
 
 # --- FFHQ thumbnails: PNGs in chunk folders, a user's path -------------------------------------
 
+
 def test_ffhq_folder_by_path(http_server, tmp_path):
     faces = rng.integers(0, 256, (5, 12, 12, 3), dtype=np.uint8)
     folder = tmp_path / "thumbnails128x128"
@@ -182,8 +208,7 @@ def test_ffhq_folder_by_path(http_server, tmp_path):
     in_workers = load_source({"kind": "folder", "path": str(folder)}, workers=2)
     np.testing.assert_array_equal(in_workers.images, faces)
     assert got.labels is None and got.label_names is None
-    small = load_source({"kind": "folder", "path": str(folder), "max_images": 2,
-                         "resolution": 6})
+    small = load_source({"kind": "folder", "path": str(folder), "max_images": 2, "resolution": 6})
     assert small.images.shape == (2, 6, 6, 3)
     np.testing.assert_array_equal(small.images[1], bicubic(faces[1], 6, 6))
 
@@ -212,8 +237,11 @@ def test_folder_errors(tmp_path):
 
 # --- Fashion-MNIST (the embedded default) ------------------------------------------------------
 
-@pytest.mark.skipif(not all((fm.DEBIAN_DIR / n).is_file() for p in fm.FILES.values() for n in p),
-                    reason="Debian package dataset-fashion-mnist not installed")
+
+@pytest.mark.skipif(
+    not all((fm.DEBIAN_DIR / n).is_file() for p in fm.FILES.values() for n in p),
+    reason="Debian package dataset-fashion-mnist not installed",
+)
 def test_fashion_mnist_source():
     got = load_source({"kind": "fashion_mnist", "split": "test", "root": None, "max_images": 5})
     assert got.images.shape == (5, 28, 28, 1) and got.labels.dtype == np.int64
@@ -222,22 +250,51 @@ def test_fashion_mnist_source():
 
 # --- config errors ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source,paths,error,message", [
-    ({"kind": "lmdb"}, None, ValueError, "'kind' must be one of"),
-    ({"kind": "npz", "path": "x.npz", "max_image": 3}, None, ValueError,
-     r"unknown key\(s\) \['max_image'\]"),
-    ({"kind": "npz", "artifact": "ref"}, {"other": "o.npz"}, KeyError,
-     r"artifact 'ref' has no local path.*passed: other"),
-    ({"kind": "npz", "artifact": "ref", "path": "x.npz"}, None, ValueError,
-     "exactly one of 'artifact'"),
-    ({"kind": "folder"}, None, ValueError, "exactly one of 'artifact'"),
-    ({"kind": "npz", "path": "missing.npz"}, None, FileNotFoundError, "missing.npz does not exist"),
-    ({"kind": "npz", "path": "x.npz", "max_images": 0}, None, ValueError,
-     "'max_images' must be a positive integer"),
-    ({"kind": "npz", "path": "x.npz", "resolution": [4]}, None, ValueError,
-     r"'resolution' must be a positive integer or \[height, width\]"),
-    ({"kind": "npz", "path": "x.npz", "resolution": True}, None, ValueError, "'resolution'"),
-])
+
+@pytest.mark.parametrize(
+    "source,paths,error,message",
+    [
+        ({"kind": "lmdb"}, None, ValueError, "'kind' must be one of"),
+        (
+            {"kind": "npz", "path": "x.npz", "max_image": 3},
+            None,
+            ValueError,
+            r"unknown key\(s\) \['max_image'\]",
+        ),
+        (
+            {"kind": "npz", "artifact": "ref"},
+            {"other": "o.npz"},
+            KeyError,
+            r"artifact 'ref' has no local path.*passed: other",
+        ),
+        (
+            {"kind": "npz", "artifact": "ref", "path": "x.npz"},
+            None,
+            ValueError,
+            "exactly one of 'artifact'",
+        ),
+        ({"kind": "folder"}, None, ValueError, "exactly one of 'artifact'"),
+        (
+            {"kind": "npz", "path": "missing.npz"},
+            None,
+            FileNotFoundError,
+            "missing.npz does not exist",
+        ),
+        (
+            {"kind": "npz", "path": "x.npz", "max_images": 0},
+            None,
+            ValueError,
+            "'max_images' must be a positive integer",
+        ),
+        (
+            {"kind": "npz", "path": "x.npz", "resolution": [4]},
+            None,
+            ValueError,
+            r"'resolution' must be a positive integer or \[height, width\]",
+        ),
+        ({"kind": "npz", "path": "x.npz", "resolution": True}, None, ValueError, "'resolution'"),
+    ],
+)
 def test_config_errors(source, paths, error, message):
     with pytest.raises(error, match=message):
         load_source(source, paths=paths)

@@ -15,8 +15,18 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 def dry_run(tmp_path: Path, config: dict) -> subprocess.CompletedProcess:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--configfile", str(path), "--dry-run", "--cores", "1"]
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(path),
+        "--dry-run",
+        "--cores",
+        "1",
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

@@ -27,9 +27,22 @@ SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 STUDIES = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.stem.startswith("agreement"))
 EXPERIMENTS = ("E1_kd_consistency", "E2_fd_counterexample", "E3_gaussian_theory", "E6_prdc")
 # Rules every full-scale plan runs (extract_archive too where an artifact is unpacked).
-RULES = {"download", "real_images", "generate", "extract_features", "partition", "client_data",
-         "score_client", "average_clients", "score_all_centralized", "e2_models_centralized",
-         "E1", "E2", "E3", "E6"}
+RULES = {
+    "download",
+    "real_images",
+    "generate",
+    "extract_features",
+    "partition",
+    "client_data",
+    "score_client",
+    "average_clients",
+    "score_all_centralized",
+    "e2_models_centralized",
+    "E1",
+    "E2",
+    "E3",
+    "E6",
+}
 
 
 def snakemake(workdir: Path, config: Path | dict, *args: str) -> subprocess.CompletedProcess:
@@ -38,17 +51,30 @@ def snakemake(workdir: Path, config: Path | dict, *args: str) -> subprocess.Comp
         path = workdir / "study.yaml"
         path.write_text(yaml.safe_dump(config))
         config = path
-    cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--configfile", str(config), "--cores", "1", *args]
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=120)
+    cmd = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(config),
+        "--cores",
+        "1",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120
+    )
 
 
 def job_stats(output: str) -> dict[str, int]:
     """Rule -> job count from the "Job stats" table of a plan."""
     table = output.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {name: int(count) for name, count in
-            (line.split() for line in table.splitlines()[3:] if line.strip())}
+    return {
+        name: int(count)
+        for name, count in (line.split() for line in table.splitlines()[3:] if line.strip())
+    }
 
 
 def load(path: Path) -> dict:
@@ -59,8 +85,9 @@ def test_there_are_four_studies():
     assert [p.stem for p in STUDIES] == ["afhq", "cifar10", "ffhq", "imagenet256"]
 
 
-@pytest.mark.parametrize("path", [REPO / "config.yaml", REPO / "tests/e2e/tiny.yaml", *STUDIES],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [REPO / "config.yaml", REPO / "tests/e2e/tiny.yaml", *STUDIES], ids=lambda p: p.stem
+)
 def test_config_validates(path):
     config = load(path)
     validate(config, str(SCHEMA))
@@ -125,6 +152,7 @@ def test_models_from_heldout_need_heldout(tmp_path):
 
 # --- the download rules, for real ------------------------------------------------------------
 
+
 class _QuietHandler(SimpleHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
@@ -135,10 +163,12 @@ def served(tmp_path):
     """(folder, base URL): files put in the folder are served on 127.0.0.1."""
     root = tmp_path / "served"
     root.mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler,
-                                                                     directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01},
-                              daemon=True)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root))
+    )
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     try:
         yield root, f"http://127.0.0.1:{server.server_address[1]}"
@@ -162,8 +192,9 @@ def afhq_zip() -> bytes:
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        for i, (split, species) in enumerate([(s, c) for s in ("train", "val")
-                                              for c in ("cat", "dog", "wild")]):
+        for i, (split, species) in enumerate(
+            [(s, c) for s in ("train", "val") for c in ("cat", "dog", "wild")]
+        ):
             png = io.BytesIO()
             Image.new("RGB", (8, 8), (30 * i, 0, 0)).save(png, format="PNG")
             archive.writestr(f"afhq/{split}/{species}/flickr_{i:06d}.png", png.getvalue())
@@ -176,9 +207,15 @@ def test_download_rules_record_checksums_and_reject_a_changed_file(served, tmp_p
     (root / "admnet_imagenet256.npz").write_bytes(batch)
     (root / "afhq.zip").write_bytes(archive)
     unpublished = {"sha256": None, "md5": None, "size": None}
-    config = {**load(REPO / "tests/e2e/tiny.yaml"), "study": "downloads", "downloads": {
-        "adm": {"url": f"{base}/admnet_imagenet256.npz", **unpublished, "extract": False},
-        "afhq": {"url": f"{base}/afhq.zip?dl=1", **unpublished, "extract": True}}}
+    config = {
+        **load(REPO / "tests/e2e/tiny.yaml"),
+        "study": "downloads",
+        "downloads_allow_http": True,
+        "downloads": {  # the local server is plain http
+            "adm": {"url": f"{base}/admnet_imagenet256.npz", **unpublished, "extract": False},
+            "afhq": {"url": f"{base}/afhq.zip?dl=1", **unpublished, "extract": True},
+        },
+    }
     workdir = tmp_path / "work"
     workdir.mkdir()
     downloads, lock = workdir / "resources/downloads", workdir / "resources/checksums.lock"
@@ -189,10 +226,15 @@ def test_download_rules_record_checksums_and_reject_a_changed_file(served, tmp_p
     assert (downloads / "afhq.d/afhq/val/wild/flickr_000005.png").is_file()
     recorded = json.loads(lock.read_text())
     assert recorded == {
-        f"{base}/admnet_imagenet256.npz": {"sha256": hashlib.sha256(batch).hexdigest(),
-                                           "size": len(batch)},
-        f"{base}/afhq.zip?dl=1": {"sha256": hashlib.sha256(archive).hexdigest(),
-                                  "size": len(archive)}}
+        f"{base}/admnet_imagenet256.npz": {
+            "sha256": hashlib.sha256(batch).hexdigest(),
+            "size": len(batch),
+        },
+        f"{base}/afhq.zip?dl=1": {
+            "sha256": hashlib.sha256(archive).hexdigest(),
+            "size": len(archive),
+        },
+    }
 
     # Upstream changes the file (same size): the lock file catches it, nothing is kept.
     (downloads / "adm").unlink()

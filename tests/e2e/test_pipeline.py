@@ -22,8 +22,12 @@ def table(workdir: Path, stem: str) -> pd.DataFrame:
 
 
 def test_every_output_exists(study):
-    for exp, name in [("E1", "kd_consistency"), ("E2", "fd_counterexample"),
-                      ("E3", "gaussian_theory"), ("E6", "prdc")]:
+    for exp, name in [
+        ("E1", "kd_consistency"),
+        ("E2", "fd_counterexample"),
+        ("E3", "gaussian_theory"),
+        ("E6", "prdc"),
+    ]:
         for ext in ("csv", "md", "tex"):
             assert (study / f"results/tiny/{exp}_{name}.{ext}").stat().st_size > 0
         for ext in ("pdf", "png"):
@@ -66,8 +70,11 @@ def test_e2_same_client_fd_different_fd_all(study):
     assert abs(e2.loc["avg", "FD_rel_diff"]) < 0.01
     assert abs(e2.loc["all", "FD_rel_diff"]) > 0.2
     # KD separates them, in both aggregations and the same way
-    assert np.sign(e2.loc["avg", "KD_G2"] - e2.loc["avg", "KD_G1"]) == np.sign(
-        e2.loc["all", "KD_G2"] - e2.loc["all", "KD_G1"]) != 0
+    assert (
+        np.sign(e2.loc["avg", "KD_G2"] - e2.loc["avg", "KD_G1"])
+        == np.sign(e2.loc["all", "KD_G2"] - e2.loc["all", "KD_G1"])
+        != 0
+    )
 
 
 def test_client_scores_average_to_avg(study):

@@ -33,11 +33,15 @@ def kd_vstat(x: np.ndarray, y: np.ndarray, bandwidth: float = 2.0) -> float:
     return float(k(x, x).mean() + k(y, y).mean() - 2 * k(x, y).mean())
 
 
-def clustered_clients(rng, k: int = 6, d: int = 8, sizes=None, spread: float = 3.0, within: float = 0.4):
+def clustered_clients(
+    rng, k: int = 6, d: int = 8, sizes=None, spread: float = 3.0, within: float = 0.4
+):
     """Variance-limited clients: client i is N(mu_i, within^2 I), means ~ spread * N(0, I)."""
     sizes = sizes or [60 + 10 * i for i in range(k)]
     means = spread * rng.standard_normal((k, d))
-    x = np.concatenate([means[i] + within * rng.standard_normal((n, d)) for i, n in enumerate(sizes)])
+    x = np.concatenate(
+        [means[i] + within * rng.standard_normal((n, d)) for i, n in enumerate(sizes)]
+    )
     labels = np.repeat(np.arange(k), sizes)
     return x, labels, means
 
@@ -47,11 +51,19 @@ def score_models(x, labels, models, *, fd=True, kd=True, bandwidth: float = 2.0)
     independently with :func:`kd_vstat` and :func:`fd_scipy`."""
     clients = np.unique(labels)
     lam = np.array([(labels == c).sum() for c in clients]) / len(labels)
-    funcs = {**({"kd": lambda a, b: kd_vstat(a, b, bandwidth)} if kd else {}), **({"fd": fd_scipy} if fd else {})}
+    funcs = {
+        **({"kd": lambda a, b: kd_vstat(a, b, bandwidth)} if kd else {}),
+        **({"fd": fd_scipy} if fd else {}),
+    }
     rows = []
     for name, y in models.items():
         for metric, f in funcs.items():
             per_client = np.array([f(x[labels == c], y) for c in clients])
-            rows += [(name, metric, "client", str(c), float(v)) for c, v in zip(clients, per_client)]
-            rows += [(name, metric, "avg", "", float(lam @ per_client)), (name, metric, "all", "", f(x, y))]
+            rows += [
+                (name, metric, "client", str(c), float(v)) for c, v in zip(clients, per_client)
+            ]
+            rows += [
+                (name, metric, "avg", "", float(lam @ per_client)),
+                (name, metric, "all", "", f(x, y)),
+            ]
     return tidy(rows)

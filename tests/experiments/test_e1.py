@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from experiments_testkit import clustered_clients, score_models, tidy
 from scipy import stats
 
-from distrank.report.figures import save
 from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
-from experiments_testkit import clustered_clients, score_models, tidy
+from distrank.report.figures import save
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +40,14 @@ def test_table_values_and_ranks_come_from_the_scores(zoo_scores):
         assert row.FD_all == values[(row.model, "fd", "all")]
         assert row.FD_avg == values[(row.model, "fd", "avg")]
         assert row.FD_gap == pytest.approx(row.FD_avg - row.FD_all, abs=1e-12)
-    np.testing.assert_array_equal(table["FD_avg_rank"], stats.rankdata(table["FD_avg"], method="min"))
+    np.testing.assert_array_equal(
+        table["FD_avg_rank"], stats.rankdata(table["FD_avg"], method="min")
+    )
     assert table["KD_all_rank"].tolist() == list(range(1, len(table) + 1))  # sorted best first
     expected = stats.kendalltau(table["FD_avg"], table["FD_all"]).statistic
-    assert agreement.set_index("metric").loc["FD", "kendall_tau"] == pytest.approx(expected, abs=1e-12)
+    assert agreement.set_index("metric").loc["FD", "kendall_tau"] == pytest.approx(
+        expected, abs=1e-12
+    )
 
 
 def test_known_rank_flip():
@@ -63,14 +67,18 @@ def test_kd_gap_constant_with_distrank_scorer():
 
     rng = np.random.default_rng(1)
     x, labels, _ = clustered_clients(rng, k=4, d=6)
-    models = {f"m{i}": x.mean(0) + (0.4 + 0.3 * i) * rng.standard_normal((120, 6)) for i in range(5)}
+    models = {
+        f"m{i}": x.mean(0) + (0.4 + 0.3 * i) * rng.standard_normal((120, 6)) for i in range(5)
+    }
     scores = score(x, labels, models, metrics=("kd", "fd"), dtype="float64", device="cpu")
     table, agreement = e1_table(scores)
     assert np.ptp(table["KD_gap"]) < 1e-9 * np.abs(table["KD_gap"]).max()
     assert agreement.set_index("metric").loc["KD", "kendall_tau"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("extractor", "fd_name"), [("EfficientNet-Lite0", "FD"), ("Inception-v3", "FID")])
+@pytest.mark.parametrize(
+    ("extractor", "fd_name"), [("EfficientNet-Lite0", "FD"), ("Inception-v3", "FID")]
+)
 def test_figure_labels_name_metric_and_extractor(zoo_scores, tmp_path, extractor, fd_name):
     table, _ = e1_table(zoo_scores)
     fig = e1_figure(table, extractor)

@@ -4,6 +4,7 @@ tables of a small study (KD's tau interval is exactly [1, 1] by Theorem 1)."""
 import numpy as np
 import pandas as pd
 import pytest
+from experiments_testkit import clustered_clients
 
 from distrank.clients import save_manifest
 from distrank.experiments import Outputs
@@ -17,7 +18,6 @@ from distrank.experiments.e10_intervals import (
     write_bootstrap_tables,
 )
 from distrank.metrics import score
-from experiments_testkit import clustered_clients
 
 RNG = np.random.default_rng(10)
 
@@ -27,10 +27,23 @@ def pair_rows(metric, scores, intervals):
     rows = []
     names = list(scores)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             low, high = intervals[(a, b)]
-            rows.append((metric, "avg", a, b, scores[a], scores[b], scores[a] - scores[b],
-                         low, high, 100, 0.95))
+            rows.append(
+                (
+                    metric,
+                    "avg",
+                    a,
+                    b,
+                    scores[a],
+                    scores[b],
+                    scores[a] - scores[b],
+                    low,
+                    high,
+                    100,
+                    0.95,
+                )
+            )
     return rows
 
 
@@ -39,43 +52,69 @@ def test_adjacent_pairs_margins_and_separation():
     kd_iv = {("c", "a"): (0.2, 0.6), ("c", "b"): (-0.1, 0.5), ("a", "b"): (-0.3, -0.1)}
     prec = {"a": 0.2, "b": 0.9, "c": 0.6}  # higher is better: b, c, a
     prec_iv = {("a", "b"): (-0.8, -0.6), ("a", "c"): (-0.5, -0.3), ("b", "c"): (-0.05, 0.6)}
-    pairs = pd.DataFrame(pair_rows("kd", kd, kd_iv) + pair_rows("precision", prec, prec_iv),
-                         columns=["metric", "aggregation", "model_a", "model_b", "score_a",
-                                  "score_b", "difference", "low", "high", "n_resamples",
-                                  "confidence_level"])
+    pairs = pd.DataFrame(
+        pair_rows("kd", kd, kd_iv) + pair_rows("precision", prec, prec_iv),
+        columns=[
+            "metric",
+            "aggregation",
+            "model_a",
+            "model_b",
+            "score_a",
+            "score_b",
+            "difference",
+            "low",
+            "high",
+            "n_resamples",
+            "confidence_level",
+        ],
+    )
     table = e10_table(pairs).set_index(["metric", "rank"])
     assert list(table.loc["KD"][["better", "worse"]].itertuples(index=False)) == [
-        ("a", "b"), ("b", "c")]
+        ("a", "b"),
+        ("b", "c"),
+    ]
     assert table.loc[("KD", 1), "margin"] == pytest.approx(0.2)
     assert (table.loc[("KD", 1), "low"], table.loc[("KD", 1), "high"]) == (0.1, 0.3)
     assert (table.loc[("KD", 2), "low"], table.loc[("KD", 2), "high"]) == (-0.1, 0.5)
     assert table.loc[("KD", 1), "separated"] and not table.loc[("KD", 2), "separated"]
     assert list(table.loc["Precision"][["better", "worse"]].itertuples(index=False)) == [
-        ("b", "c"), ("c", "a")]
+        ("b", "c"),
+        ("c", "a"),
+    ]
     assert table.loc[("Precision", 1), "margin"] == pytest.approx(0.3)
-    assert (table.loc[("Precision", 1), "low"], table.loc[("Precision", 1), "high"]) == (
-        -0.05, 0.6)
-    assert (table.loc[("Precision", 2), "low"], table.loc[("Precision", 2), "high"]) == (
-        0.3, 0.5)
+    assert (table.loc[("Precision", 1), "low"], table.loc[("Precision", 1), "high"]) == (-0.05, 0.6)
+    assert (table.loc[("Precision", 2), "low"], table.loc[("Precision", 2), "high"]) == (0.3, 0.5)
     assert list(table.separated) == [True, False, False, True]
 
 
 @pytest.fixture(scope="module")
 def small_study():
     x, owner, _ = clustered_clients(np.random.default_rng(3), k=3, d=3, sizes=[25, 30, 35])
-    models = {f"m{i}": np.random.default_rng(i).normal(0.3 * i, 1 + 0.3 * i, size=(30, 3))
-              for i in range(4)}
+    models = {
+        f"m{i}": np.random.default_rng(i).normal(0.3 * i, 1 + 0.3 * i, size=(30, 3))
+        for i in range(4)
+    }
     return x, owner, models
 
 
 def test_bootstrap_tables_of_a_small_study(small_study):
     x, owner, models = small_study
     metrics = ["kd", "fd", "precision", "coverage"]
-    pairs, tau = bootstrap_tables(x, owner, models, metrics=metrics,
-                                  n_resamples={"kd": 200, "fd": 4, "prdc": 3},
-                                  confidence_level=0.9, seed=1, kernel="poly",
-                                  kd_estimator="unbiased", weights="size", pr_k=3, dc_k=3,
-                                  dtype="float64")
+    pairs, tau = bootstrap_tables(
+        x,
+        owner,
+        models,
+        metrics=metrics,
+        n_resamples={"kd": 200, "fd": 4, "prdc": 3},
+        confidence_level=0.9,
+        seed=1,
+        kernel="poly",
+        kd_estimator="unbiased",
+        weights="size",
+        pr_k=3,
+        dc_k=3,
+        dtype="float64",
+    )
     assert list(tau.metric) == metrics
     assert list(tau.n_resamples) == [200, 4, 3, 3]
     kd = tau.set_index("metric").loc["kd"]
@@ -96,11 +135,21 @@ def test_bootstrap_tables_of_a_small_study(small_study):
 
 def test_figure_has_a_panel_per_metric(small_study, tmp_path):
     x, owner, models = small_study
-    pairs, tau = bootstrap_tables(x, owner, models, metrics=["kd", "fd", "precision"],
-                                  n_resamples={"kd": 50, "fd": 3, "prdc": 3},
-                                  confidence_level=0.95, seed=0, kernel="poly",
-                                  kd_estimator="biased", weights="size", pr_k=3, dc_k=3,
-                                  dtype="float64")
+    pairs, tau = bootstrap_tables(
+        x,
+        owner,
+        models,
+        metrics=["kd", "fd", "precision"],
+        n_resamples={"kd": 50, "fd": 3, "prdc": 3},
+        confidence_level=0.95,
+        seed=0,
+        kernel="poly",
+        kd_estimator="biased",
+        weights="size",
+        pr_k=3,
+        dc_k=3,
+        dtype="float64",
+    )
     table = e10_table(pairs)
     fig = e10_figure(table, tau.assign(metric=["KD", "FD", "Precision"]), "efficientnet_lite0")
     visible = [ax for ax in fig.axes if ax.get_visible()]
@@ -127,15 +176,32 @@ def test_files_to_outputs(small_study, tmp_path):
     for name, y in models.items():
         paths[name] = tmp_path / f"model_{name}.npz"
         np.savez(paths[name], features=y)
-    metrics_config = {"kernel": "poly", "kd_estimator": "unbiased", "weights": "size",
-                      "pr_k": 3, "dc_k": 3, "dtype": "float64"}
-    write_bootstrap_tables(tmp_path / "reference.npz", tmp_path / "manifest.csv", paths,
-                           tmp_path / "pairs.csv", tmp_path / "tau.csv", metrics=["kd", "fd"],
-                           n_resamples={"kd": 30, "fd": 2, "prdc": 2}, confidence_level=0.95,
-                           seed=0, metrics_config=metrics_config)
+    metrics_config = {
+        "kernel": "poly",
+        "kd_estimator": "unbiased",
+        "weights": "size",
+        "pr_k": 3,
+        "dc_k": 3,
+        "dtype": "float64",
+    }
+    write_bootstrap_tables(
+        tmp_path / "reference.npz",
+        tmp_path / "manifest.csv",
+        paths,
+        tmp_path / "pairs.csv",
+        tmp_path / "tau.csv",
+        metrics=["kd", "fd"],
+        n_resamples={"kd": 30, "fd": 2, "prdc": 2},
+        confidence_level=0.95,
+        seed=0,
+        metrics_config=metrics_config,
+    )
     pairs = pd.read_csv(tmp_path / "pairs.csv")
     assert set(pairs.metric) == {"kd", "fd"}
-    out = run({"pairs": str(tmp_path / "pairs.csv"), "tau": str(tmp_path / "tau.csv")},
-              {}, {"extractor": "efficientnet_lite0"})
+    out = run(
+        {"pairs": str(tmp_path / "pairs.csv"), "tau": str(tmp_path / "tau.csv")},
+        {},
+        {"extractor": "efficientnet_lite0"},
+    )
     assert isinstance(out, Outputs) and set(out.tables) == set(TABLES)
     assert list(out.tables["_tau"].metric) == ["KD", "FD"]

@@ -6,10 +6,10 @@ distrank implementation the construction uses.
 
 import numpy as np
 import pytest
-
-from distrank.report.figures import save
-from distrank.experiments.e2_fd_counterexample import construct_g2, design_g2, e2_figure, e2_table
 from experiments_testkit import clustered_clients, fd_scipy, kd_vstat, score_models
+
+from distrank.experiments.e2_fd_counterexample import construct_g2, design_g2, e2_figure, e2_table
+from distrank.report.figures import save
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +69,11 @@ def test_uniform_weights_float32_and_explicit_scale(six_clients):
     client2, _, all2 = _fds(x, labels, y2.astype(np.float64))
     assert abs(client2.mean() - client1.mean()) / client1.mean() < 1e-5
     assert all2 > 1.2 * all1
-    np.testing.assert_allclose(y2.mean(0) - y1.mean(0), design_g2(x, labels, y1, weights="uniform", scale=0.5).shift,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        y2.mean(0) - y1.mean(0),
+        design_g2(x, labels, y1, weights="uniform", scale=0.5).shift,
+        atol=1e-4,
+    )
 
 
 def test_rejects_bad_input(six_clients):

@@ -6,7 +6,6 @@ import pytest
 import scipy.integrate
 import scipy.linalg
 
-from distrank.report.figures import save
 from distrank.experiments.e3_gaussian_theory import (
     GaussianClients,
     barycenter_covariance,
@@ -19,6 +18,7 @@ from distrank.experiments.e3_gaussian_theory import (
     mixture_kd,
     ring_clients,
 )
+from distrank.report.figures import save
 
 T_GRID = np.round(np.linspace(-0.5, 1.5, 81), 12)  # step 0.025, holds 0 and 1 exactly
 
@@ -41,11 +41,15 @@ def test_kernel_mean_matches_quadrature_in_1d():
 
     value, _ = scipy.integrate.dblquad(
         lambda y, x: np.exp(-((x - y) ** 2) / (2 * s**2)) * density(x, a, va) * density(y, b, vb),
-        -12, 12, -12, 12, epsabs=1e-12,
+        -12,
+        12,
+        -12,
+        12,
+        epsabs=1e-12,
     )
-    assert gaussian_kernel_mean(np.array([a]), np.array([[va]]), np.array([b]), np.array([[vb]]), s) == pytest.approx(
-        value, rel=1e-8
-    )
+    assert gaussian_kernel_mean(
+        np.array([a]), np.array([[va]]), np.array([b]), np.array([[vb]]), s
+    ) == pytest.approx(value, rel=1e-8)
 
 
 def test_kernel_mean_matches_monte_carlo_in_2d():
@@ -72,7 +76,9 @@ def test_pooled_covariance_is_the_mixture_covariance(clients):
     lam, mu, cov = clients.weights, clients.means, clients.covs
     second_moment = sum(w * (c + np.outer(m, m)) for w, m, c in zip(lam, mu, cov))
     mean = lam @ mu
-    np.testing.assert_allclose(clients.pooled_covariance, second_moment - np.outer(mean, mean), atol=1e-12)
+    np.testing.assert_allclose(
+        clients.pooled_covariance, second_moment - np.outer(mean, mean), atol=1e-12
+    )
 
 
 def test_barycenter_commuting_closed_form_and_fixed_point(clients):
@@ -82,7 +88,9 @@ def test_barycenter_commuting_closed_form_and_fixed_point(clients):
     np.testing.assert_allclose(barycenter_covariance(diag, lam), expected, rtol=1e-10)
     s = barycenter_covariance(clients.covs, clients.weights)
     root = scipy.linalg.sqrtm(s).real
-    fixed = sum(w * scipy.linalg.sqrtm(root @ c @ root).real for w, c in zip(clients.weights, clients.covs))
+    fixed = sum(
+        w * scipy.linalg.sqrtm(root @ c @ root).real for w, c in zip(clients.weights, clients.covs)
+    )
     np.testing.assert_allclose(fixed, s, atol=1e-10)
 
 
@@ -92,7 +100,10 @@ def test_barycenter_minimises_fd_avg_over_nearby_covariances(clients):
     mu = clients.pooled_mean
 
     def fd_avg(cov):
-        return sum(w * gaussian_fd(m, c, mu, cov) for w, m, c in zip(clients.weights, clients.means, clients.covs))
+        return sum(
+            w * gaussian_fd(m, c, mu, cov)
+            for w, m, c in zip(clients.weights, clients.means, clients.covs)
+        )
 
     best = fd_avg(s)
     for _ in range(20):
@@ -103,8 +114,9 @@ def test_barycenter_minimises_fd_avg_over_nearby_covariances(clients):
 def test_path_endpoints(clients):
     s = barycenter_covariance(clients.covs, clients.weights)
     np.testing.assert_allclose(covariance_path(s, clients.pooled_covariance, 0.0), s, atol=1e-12)
-    np.testing.assert_allclose(covariance_path(s, clients.pooled_covariance, 1.0), clients.pooled_covariance,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        covariance_path(s, clients.pooled_covariance, 1.0), clients.pooled_covariance, atol=1e-12
+    )
 
 
 def test_fd_argmins_differ(curves):
@@ -123,7 +135,9 @@ def test_kd_offset_is_constant_and_argmins_agree(clients, curves):
     assert np.ptp(offset) < 1e-12
     # The offset is sum_i l_i KD(P_bar, P_i) (Theorem 1).
     lam, mu, cov = clients.weights, clients.means, clients.covs
-    expected = sum(w * mixture_kd(lam, mu, cov, [1.0], m[None], c[None], 1.0) for w, m, c in zip(lam, mu, cov))
+    expected = sum(
+        w * mixture_kd(lam, mu, cov, [1.0], m[None], c[None], 1.0) for w, m, c in zip(lam, mu, cov)
+    )
     assert offset[0] == pytest.approx(expected, rel=1e-10)
     table = e3_table(curves).set_index("curve")
     assert table.loc["KD_all", "argmin_t"] == table.loc["KD_avg", "argmin_t"]

@@ -7,6 +7,7 @@ import dp_accounting
 import numpy as np
 import pandas as pd
 import pytest
+from experiments_testkit import clustered_clients, kd_vstat
 from scipy import stats
 from scipy.stats import norm
 
@@ -23,20 +24,24 @@ from distrank.experiments.e9_private_ranking import (
     write_kernel_inputs,
 )
 from distrank.metrics.kernels import median_bandwidth
-from experiments_testkit import clustered_clients, kd_vstat
 
 RNG = np.random.default_rng(9)
 
 
 def kd_ustat(x, y, bandwidth):
     """Unbiased (U-statistic) squared MMD with a Gaussian kernel, dense numpy."""
+
     def k(a, b):
         sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T
         return np.exp(-sq / (2 * bandwidth**2))
+
     kxx, kyy = k(x, x), k(y, y)
     n, m = len(x), len(y)
-    return ((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy))
-            / (m * (m - 1)) - 2 * k(x, y).mean())
+    return (
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * k(x, y).mean()
+    )
 
 
 def test_nested_subsamples():
@@ -56,8 +61,16 @@ def test_kernel_inputs_equal_kd_of_each_subsample(estimator):
     x, owner, _ = clustered_clients(RNG, k=3, d=4, sizes=[30, 40, 35])
     models = {f"m{i}": RNG.normal(0.3 * i, 1.0 + 0.2 * i, size=(25, 4)) for i in range(3)}
     sizes, bandwidth = [6, 15, 30], 2.0
-    got = kernel_inputs(x, owner, models, sizes=sizes, kernel="rbf", bandwidth=bandwidth,
-                        estimator=estimator, seed=4)
+    got = kernel_inputs(
+        x,
+        owner,
+        models,
+        sizes=sizes,
+        kernel="rbf",
+        bandwidth=bandwidth,
+        estimator=estimator,
+        seed=4,
+    )
     tier = nested_subsamples(owner, sizes=sizes, seed=4)
     kd = kd_ustat if estimator == "unbiased" else kd_vstat
     for t, size in enumerate(sizes):
@@ -68,10 +81,12 @@ def test_kernel_inputs_equal_kd_of_each_subsample(estimator):
             for c in range(3):
                 rows = keep & (owner == c)
                 assert got[size]["kd_client"][g, c] == pytest.approx(
-                    kd(x[rows], y, bandwidth), rel=1e-9, abs=1e-13)
+                    kd(x[rows], y, bandwidth), rel=1e-9, abs=1e-13
+                )
     with pytest.raises(ValueError, match="kernel"):
-        kernel_inputs(x, owner, models, sizes=sizes, kernel="poly", bandwidth=1.0,
-                      estimator=estimator, seed=0)
+        kernel_inputs(
+            x, owner, models, sizes=sizes, kernel="poly", bandwidth=1.0, estimator=estimator, seed=0
+        )
 
 
 def test_probability_of_the_same_ranking_has_its_closed_form():
@@ -81,8 +96,9 @@ def test_probability_of_the_same_ranking_has_its_closed_form():
     k, n, gap, delta = 4, 200, 0.01, 1e-5
     kd_client = np.array([[0.05, 0.06, 0.04, 0.05], [0.05 + gap] * 4])
     kd_client[1] = kd_client[0] + gap
-    inputs = {n: {"kd_client": kd_client, "kd_all": kd_client.mean(axis=1),
-                  "client_sizes": np.full(k, n)}}
+    inputs = {
+        n: {"kd_client": kd_client, "kd_all": kd_client.mean(axis=1), "client_sizes": np.full(k, n)}
+    }
     table = e9_table(inputs, epsilons=[0.3, 1.0, 3.0], delta=delta, n_draws=1500, seed=2)
     for row in table.itertuples():
         sigma = math.sqrt(2) * dp_accounting.get_sigma_gaussian(row.epsilon, delta) * 4 / n
@@ -101,8 +117,13 @@ def test_table_replays_its_noise_draws():
     """Noise from default_rng([seed, size, i]) with each client's std, by hand."""
     kd_client = RNG.uniform(0, 0.2, size=(5, 3))
     sizes = np.array([50, 80, 120])
-    inputs = {50: {"kd_client": kd_client, "kd_all": kd_client @ (sizes / sizes.sum()) + 0.01,
-                   "client_sizes": sizes}}
+    inputs = {
+        50: {
+            "kd_client": kd_client,
+            "kd_all": kd_client @ (sizes / sizes.sum()) + 0.01,
+            "client_sizes": sizes,
+        }
+    }
     table = e9_table(inputs, epsilons=[1.0, 10.0], delta=1e-6, n_draws=50, seed=7)
     lam = sizes / sizes.sum()
     for i, row in enumerate(table.itertuples()):
@@ -119,8 +140,10 @@ def test_table_replays_its_noise_draws():
 
 def test_figure_has_a_line_per_client_size(tmp_path):
     kd_client = np.linspace(0.01, 0.2, 6)[:, None] + np.zeros((1, 3))
-    inputs = {n: {"kd_client": kd_client, "kd_all": kd_client[:, 0],
-                  "client_sizes": np.full(3, n)} for n in (50, 100, 400)}
+    inputs = {
+        n: {"kd_client": kd_client, "kd_all": kd_client[:, 0], "client_sizes": np.full(3, n)}
+        for n in (50, 100, 400)
+    }
     table = e9_table(inputs, epsilons=[0.1, 1.0, 10.0], delta=1e-5, n_draws=20)
     assert len(table) == 9
     fig = e9_figure(table)
@@ -154,20 +177,39 @@ def test_files_to_outputs(tmp_path):
         paths[name] = tmp_path / f"model_{name}.npz"
         np.savez(paths[name], features=y)
     out = tmp_path / "E9" / "kernel_inputs.npz"
-    write_kernel_inputs(tmp_path / "reference.npz", tmp_path / "manifest.csv", paths, out,
-                        sizes=[10, 30], kernel="rbf", bandwidth_from="real",
-                        estimator="unbiased", seed=0)
+    write_kernel_inputs(
+        tmp_path / "reference.npz",
+        tmp_path / "manifest.csv",
+        paths,
+        out,
+        sizes=[10, 30],
+        kernel="rbf",
+        bandwidth_from="real",
+        estimator="unbiased",
+        seed=0,
+    )
     back = read_kernel_inputs(out)
-    expected = kernel_inputs(x, owner, models, sizes=[10, 30], kernel="rbf",
-                             bandwidth=median_bandwidth(models["real"], kernel="rbf", seed=0),
-                             estimator="unbiased", seed=0)
+    expected = kernel_inputs(
+        x,
+        owner,
+        models,
+        sizes=[10, 30],
+        kernel="rbf",
+        bandwidth=median_bandwidth(models["real"], kernel="rbf", seed=0),
+        estimator="unbiased",
+        seed=0,
+    )
     assert list(back) == [10, 30]
     for size in back:
         np.testing.assert_array_equal(back[size]["kd_client"], expected[size]["kd_client"])
         assert list(back[size]["models"]) == ["real", "other"]
     settings = {"epsilons": [1.0, 10.0], "delta": 1e-5, "n_draws": 10}
-    context = {"seed": 0, "metrics": {"kd_estimator": "unbiased", "weights": "size"},
-               "extractor": "efficientnet_lite0", "models": []}
+    context = {
+        "seed": 0,
+        "metrics": {"kd_estimator": "unbiased", "weights": "size"},
+        "extractor": "efficientnet_lite0",
+        "models": [],
+    }
     result = run({"kernel_inputs": str(out)}, settings, context)
     assert isinstance(result, Outputs) and set(result.tables) == {""} == set(result.figures)
     assert isinstance(result.tables[""], pd.DataFrame) and len(result.tables[""]) == 4

@@ -5,23 +5,31 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from experiments_testkit import tidy
 from scipy import stats
 
 from distrank.experiments import aggregates_wide, discordant_pairs, rank_agreement, rank_models
-from experiments_testkit import tidy
 
 
 def _scores(fd_all, fd_avg):
     rows = []
     for i, (a, v) in enumerate(zip(fd_all, fd_avg)):
-        rows += [(f"m{i}", "fd", "all", "", a), (f"m{i}", "fd", "avg", "", v), (f"m{i}", "fd", "client", "0", v)]
+        rows += [
+            (f"m{i}", "fd", "all", "", a),
+            (f"m{i}", "fd", "avg", "", v),
+            (f"m{i}", "fd", "client", "0", v),
+        ]
     return tidy(rows)
 
 
 def test_aggregates_wide_one_row_per_model():
     wide = aggregates_wide(_scores([3.0, 1.0], [4.0, 2.5]), ["fd"])
     assert wide.columns.tolist() == ["model", "FD_all", "FD_avg"]
-    assert wide.to_dict("list") == {"model": ["m0", "m1"], "FD_all": [3.0, 1.0], "FD_avg": [4.0, 2.5]}
+    assert wide.to_dict("list") == {
+        "model": ["m0", "m1"],
+        "FD_all": [3.0, 1.0],
+        "FD_avg": [4.0, 2.5],
+    }
 
 
 def test_aggregates_wide_rejects_missing_and_duplicates():
@@ -38,14 +46,20 @@ def test_aggregates_wide_rejects_missing_and_duplicates():
 
 def test_rank_models_matches_scipy_rankdata():
     values = np.array([0.3, 0.1, 0.3, 0.7, 0.2])
-    np.testing.assert_array_equal(rank_models(values, higher_is_better=False), stats.rankdata(values, method="min"))
-    np.testing.assert_array_equal(rank_models(values, higher_is_better=True), stats.rankdata(-values, method="min"))
+    np.testing.assert_array_equal(
+        rank_models(values, higher_is_better=False), stats.rankdata(values, method="min")
+    )
+    np.testing.assert_array_equal(
+        rank_models(values, higher_is_better=True), stats.rankdata(-values, method="min")
+    )
 
 
 def test_discordant_pairs_and_tau_agree_with_scipy():
     rng = np.random.default_rng(3)
     a, b = rng.random(9), rng.random(9)
-    brute = [(i, j) for i, j in itertools.combinations(range(9), 2) if (a[i] - a[j]) * (b[i] - b[j]) < 0]
+    brute = [
+        (i, j) for i, j in itertools.combinations(range(9), 2) if (a[i] - a[j]) * (b[i] - b[j]) < 0
+    ]
     assert discordant_pairs(a, b) == brute
     table = rank_agreement(pd.DataFrame({"FD_all": a, "FD_avg": b}), ["fd"])
     n_pairs = 9 * 8 / 2

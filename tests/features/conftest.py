@@ -64,8 +64,12 @@ def random_inception_weights(tmp_path_factory):
     torch.save({}, empty)
     empty.seek(0)
     torch.manual_seed(0)
-    with mock.patch.object(tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda *a, **k: None):
-        net = tfi.FeatureExtractorInceptionV3("random", ["2048"], feature_extractor_weights_path=empty)
+    with mock.patch.object(
+        tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda *a, **k: None
+    ):
+        net = tfi.FeatureExtractorInceptionV3(
+            "random", ["2048"], feature_extractor_weights_path=empty
+        )
     # He-normal convolutions keep activations at unit scale through ~50 ReLU layers; torch's
     # default init shrinks them into float32 denormals, which makes CPU convolutions crawl.
     for module in net.modules():

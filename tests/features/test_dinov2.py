@@ -27,13 +27,17 @@ def test_shape(vits14):
     images = np.random.default_rng(0).integers(0, 256, (2, 28, 28, 1), dtype=np.uint8)
     feats = vits14.extract(images)
     assert feats.shape == (2, 384) and feats.dtype == np.float32 and np.isfinite(feats).all()
-    assert vits14.metadata()["d"] == 384 and vits14.metadata()["preprocessing"]["resize"]["size"] == [224, 224]
+    assert vits14.metadata()["d"] == 384 and vits14.metadata()["preprocessing"]["resize"][
+        "size"
+    ] == [224, 224]
 
 
 def test_network_input_is_imagenet_normalised_224(vits14):
     seen = []
     proj = vits14.model.patch_embed.proj
-    handle = proj.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    handle = proj.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone())
+    )
     try:
         vits14.extract(np.full((1, 20, 20, 3), 200, dtype=np.uint8))
     finally:
@@ -41,7 +45,9 @@ def test_network_input_is_imagenet_normalised_224(vits14):
     (x,) = seen
     assert x.shape == (1, 3, 224, 224)
     want = (200 / 255 - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)
-    np.testing.assert_allclose(x[0].numpy().reshape(3, -1), np.repeat(want[:, None], 224 * 224, 1), atol=1e-5)
+    np.testing.assert_allclose(
+        x[0].numpy().reshape(3, -1), np.repeat(want[:, None], 224 * 224, 1), atol=1e-5
+    )
 
 
 def test_pos_embed_resampled_like_meta(random_vits14_weights):

@@ -68,7 +68,9 @@ def test_pooled_features_are_what_the_classifier_reads(lite0_torch, gray_images)
         x = lite0_torch.preprocess(gray_images)
         logits = net(x)
     feats = lite0_torch.extract(gray_images)
-    np.testing.assert_allclose(net._fc(torch.from_numpy(feats)).numpy(), logits.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        net._fc(torch.from_numpy(feats)).numpy(), logits.numpy(), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_shapes_dtype_determinism(lite0_torch, gray_images):
@@ -86,7 +88,9 @@ def test_shapes_dtype_determinism(lite0_torch, gray_images):
 def test_network_input_is_the_documented_preprocessing(lite0_torch):
     seen = []
     stem = lite0_torch.model.net._conv_stem
-    handle = stem.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    handle = stem.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone())
+    )
     try:
         lite0_torch.extract(np.full((1, 28, 28, 1), 200, dtype=np.uint8))
     finally:
@@ -105,8 +109,10 @@ def test_onnx_matches_torch(lite0_torch, lite0_onnx, gray_images):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-5)
         assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
     # onnxruntime is bitwise reproducible, whatever the batch size
-    np.testing.assert_array_equal(lite0_onnx.extract(gray_images, batch_size=4),
-                                  lite0_onnx.extract(gray_images, batch_size=len(gray_images)))
+    np.testing.assert_array_equal(
+        lite0_onnx.extract(gray_images, batch_size=4),
+        lite0_onnx.extract(gray_images, batch_size=len(gray_images)),
+    )
 
 
 def test_onnx_export_is_cached(lite0_onnx, weights_dir):
@@ -131,7 +137,9 @@ def test_metadata(lite0_torch, lite0_onnx):
         assert meta["weights"]["sha256"].startswith("57934424")
         assert meta["preprocessing"]["resize"]["size"] == [128, 128]
         assert meta["precision"] == "float32" and meta["device"] == "cpu"
-    assert lite0_torch.metadata()["backend"] == "torch" and "onnxruntime" not in lite0_torch.versions
+    assert (
+        lite0_torch.metadata()["backend"] == "torch" and "onnxruntime" not in lite0_torch.versions
+    )
     assert lite0_onnx.metadata()["backend"] == "onnx" and "onnxruntime" in lite0_onnx.versions
 
 
@@ -139,8 +147,12 @@ def test_pooled_module_is_plain_average_of_last_feature_map(lite0_torch):
     net = lite0_torch.model.net
     x = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
-        np.testing.assert_allclose(PooledLite0(net)(x).numpy(), net.extract_features(x).mean((2, 3)).numpy(),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            PooledLite0(net)(x).numpy(),
+            net.extract_features(x).mean((2, 3)).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
 
 
 def test_unusable_onnx_cache_is_exported_again(lite0_onnx, tmp_path, gray_images):

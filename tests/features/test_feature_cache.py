@@ -53,23 +53,42 @@ class MeanColour(Extractor):
 def image_file(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "images.npz"
-    np.savez_compressed(path, images=rng.integers(0, 256, (10, 8, 8, 1), dtype=np.uint8),
-                        labels=np.arange(10, dtype=np.int64) % 3)
+    np.savez_compressed(
+        path,
+        images=rng.integers(0, 256, (10, 8, 8, 1), dtype=np.uint8),
+        labels=np.arange(10, dtype=np.int64) % 3,
+    )
     return path
 
 
 def test_extract_to_file_writes_features_labels_and_sidecar(image_file, tmp_path):
     out = tmp_path / "feats" / "real.npz"
-    meta = extract_to_file(image_file, out, MeanColour(), batch_size=3, extra_meta={"dataset": "toy", "split": "train"})
+    meta = extract_to_file(
+        image_file, out, MeanColour(), batch_size=3, extra_meta={"dataset": "toy", "split": "train"}
+    )
     feats, labels, stored = load_features(out)
     assert feats.shape == (10, 2) and feats.dtype == np.float32
     np.testing.assert_array_equal(labels, np.arange(10) % 3)
     assert stored == meta == json.loads(meta_path(out).read_text())
     assert meta_path(out).name == "real.npz.meta.json"
-    for key in ("extractor", "backend", "preprocessing", "d", "n", "input_sha256", "versions", "weights"):
+    for key in (
+        "extractor",
+        "backend",
+        "preprocessing",
+        "d",
+        "n",
+        "input_sha256",
+        "versions",
+        "weights",
+    ):
         assert key in meta
-    assert meta["n"] == 10 and meta["d"] == 2 and meta["dataset"] == "toy" and meta["labels"] is True
-    assert sorted(p.name for p in out.parent.iterdir()) == ["real.npz", "real.npz.meta.json"]  # no temp files
+    assert (
+        meta["n"] == 10 and meta["d"] == 2 and meta["dataset"] == "toy" and meta["labels"] is True
+    )
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "real.npz",
+        "real.npz.meta.json",
+    ]  # no temp files
 
 
 def test_labels_absent_stays_absent(tmp_path):
@@ -114,8 +133,16 @@ def test_cache_recomputes_when_images_change(image_file, tmp_path):
     np.testing.assert_allclose(feats[:, 0], 7.0)
 
 
-@pytest.mark.parametrize("damage", ["sidecar_missing", "sidecar_garbage", "sidecar_edited", "features_missing",
-                                    "features_wrong_shape"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "sidecar_missing",
+        "sidecar_garbage",
+        "sidecar_edited",
+        "features_missing",
+        "features_wrong_shape",
+    ],
+)
 def test_cache_never_trusts_a_damaged_entry(image_file, tmp_path, damage):
     out = tmp_path / "f.npz"
     ex = MeanColour()
@@ -169,10 +196,16 @@ def test_failed_extraction_leaves_no_stale_sidecar(image_file, tmp_path):
 def test_real_extractor_round_trip(lite0_onnx, gray_images, tmp_path):
     path = tmp_path / "gray.npz"
     np.savez_compressed(path, images=gray_images, labels=np.arange(len(gray_images)))
-    feats = cached_features(path, tmp_path / "f.npz", lite0_onnx, batch_size=4, extra_meta={"source": "test"})
+    feats = cached_features(
+        path, tmp_path / "f.npz", lite0_onnx, batch_size=4, extra_meta={"source": "test"}
+    )
     np.testing.assert_array_equal(feats, lite0_onnx.extract(gray_images, batch_size=4))
     meta = load_features(tmp_path / "f.npz")[2]
-    assert meta["extractor"] == "efficientnet_lite0" and meta["backend"] == "onnx" and meta["d"] == 1280
+    assert (
+        meta["extractor"] == "efficientnet_lite0"
+        and meta["backend"] == "onnx"
+        and meta["d"] == 1280
+    )
 
 
 def test_extract_batches_matches_extract():
@@ -180,6 +213,8 @@ def test_extract_batches_matches_extract():
     images = np.random.default_rng(2).integers(0, 256, (7, 5, 5, 3), dtype=np.uint8)
     ex = MeanColour()
     batches = [images[:4], torch.from_numpy(images[4:])]  # numpy or a DataLoader's uint8 tensors
-    np.testing.assert_array_equal(np.concatenate(list(ex.extract_batches(batches))), ex.extract(images))
+    np.testing.assert_array_equal(
+        np.concatenate(list(ex.extract_batches(batches))), ex.extract(images)
+    )
     with pytest.raises(ValueError, match="batch_size"):
         ex.extract(images, batch_size=0)

@@ -15,7 +15,9 @@ from distrank.features import get_extractor  # noqa: E402
 
 @pytest.fixture(scope="module")
 def inception(random_inception_weights):
-    return get_extractor("inception", backend="torch", device="cpu", weights_path=random_inception_weights)
+    return get_extractor(
+        "inception", backend="torch", device="cpu", weights_path=random_inception_weights
+    )
 
 
 def tf1_bilinear(v: np.ndarray, n_out: int) -> np.ndarray:
@@ -31,12 +33,14 @@ def tf1_bilinear(v: np.ndarray, n_out: int) -> np.ndarray:
 def test_shape_grayscale_and_tf1_preprocessing(inception):
     # Two forward passes in all (Inception-v3 at 299 px is slow on a CPU).
     row = np.array([0, 64, 255], dtype=np.uint8)
-    stripes = np.tile(row, (3, 1))[:, :, None]                        # columns vary, rows equal
+    stripes = np.tile(row, (3, 1))[:, :, None]  # columns vary, rows equal
     noise = np.random.default_rng(0).integers(0, 256, (3, 3, 1), dtype=np.uint8)
     gray = np.stack([stripes, noise])
     seen = []
     first = inception.model.Conv2d_1a_3x3
-    handle = first.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+    handle = first.register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone())
+    )
     try:
         feats = inception.extract(gray, batch_size=2)
     finally:

@@ -13,8 +13,14 @@ from distrank.features.preprocess import Preprocessing, check_images, resize_mat
 
 
 def identity(size, interpolation="bilinear", antialias=True, **kw):
-    return Preprocessing(size=size, interpolation=interpolation, antialias=antialias,
-                         mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), **kw)
+    return Preprocessing(
+        size=size,
+        interpolation=interpolation,
+        antialias=antialias,
+        mean=(0.0, 0.0, 0.0),
+        std=(1.0, 1.0, 1.0),
+        **kw,
+    )
 
 
 def test_lite0_constant_image_maps_to_normalised_constant():
@@ -48,36 +54,57 @@ def test_antialiased_downsample_by_hand():
     np.testing.assert_allclose(x[0, 0], [want] * 4, atol=1e-4)
 
 
-@pytest.mark.parametrize("interpolation,antialias,shape,size", [
-    ("bilinear", True, (28, 28), (128, 128)),
-    ("bilinear", True, (64, 48), (32, 40)),
-    ("bicubic", True, (28, 28), (224, 224)),
-    ("bicubic", True, (100, 90), (50, 60)),
-    ("bicubic", False, (30, 30), (45, 45)),
-])
+@pytest.mark.parametrize(
+    "interpolation,antialias,shape,size",
+    [
+        ("bilinear", True, (28, 28), (128, 128)),
+        ("bilinear", True, (64, 48), (32, 40)),
+        ("bicubic", True, (28, 28), (224, 224)),
+        ("bicubic", True, (100, 90), (50, 60)),
+        ("bicubic", False, (30, 30), (45, 45)),
+    ],
+)
 def test_resize_equals_torch_interpolate(interpolation, antialias, shape, size):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (3, *shape, 3), dtype=np.uint8)
     got = identity(size, interpolation, antialias).numpy(images)
-    want = F.interpolate(torch.from_numpy(images).permute(0, 3, 1, 2).float(), size=size,
-                         mode=interpolation, antialias=antialias, align_corners=False).numpy()
+    want = F.interpolate(
+        torch.from_numpy(images).permute(0, 3, 1, 2).float(),
+        size=size,
+        mode=interpolation,
+        antialias=antialias,
+        align_corners=False,
+    ).numpy()
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-4)
 
 
 def test_resize_matrix_rows_sum_to_one():
-    for args in ((28, 128, "bilinear", True), (512, 224, "bicubic", True), (7, 3, "bicubic", False)):
+    for args in (
+        (28, 128, "bilinear", True),
+        (512, 224, "bicubic", True),
+        (7, 3, "bicubic", False),
+    ):
         np.testing.assert_allclose(resize_matrix(*args).sum(axis=1), 1.0, atol=1e-6)
 
 
 def test_round_to_uint8_and_normalisation_per_channel():
-    pre = Preprocessing(size=(3, 3), interpolation="bicubic", antialias=True, mean=(0.485, 0.456, 0.406),
-                        std=(0.229, 0.224, 0.225), scale=1 / 255, round_to_uint8=True)
+    pre = Preprocessing(
+        size=(3, 3),
+        interpolation="bicubic",
+        antialias=True,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        scale=1 / 255,
+        round_to_uint8=True,
+    )
     images = np.array([0, 255], dtype=np.uint8).reshape(1, 1, 2, 1).repeat(2, axis=1)
     x = pre.numpy(images)
-    pixels = x * np.array([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1) + np.array([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1)
+    pixels = x * np.array([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1) + np.array(
+        [0.485, 0.456, 0.406]
+    ).reshape(1, 3, 1, 1)
     pixels = pixels * 255
     np.testing.assert_allclose(pixels, np.round(pixels), atol=1e-3)  # integer grey levels
-    assert pixels.min() > -1e-3 and pixels.max() < 255 + 1e-3    # bicubic overshoot clamped
+    assert pixels.min() > -1e-3 and pixels.max() < 255 + 1e-3  # bicubic overshoot clamped
 
 
 def test_numpy_and_torch_paths_agree(gray_images):
@@ -86,7 +113,9 @@ def test_numpy_and_torch_paths_agree(gray_images):
     large = rng.integers(0, 256, (2, 80, 70, 3), dtype=np.uint8)  # resized by F.interpolate
     assert LITE0.uses_matrices(40, 30) and not LITE0.uses_matrices(80, 70)
     for images in (gray_images, rgb, large):
-        np.testing.assert_allclose(LITE0.torch(images, "cpu").numpy(), LITE0.numpy(images), atol=1e-5)
+        np.testing.assert_allclose(
+            LITE0.torch(images, "cpu").numpy(), LITE0.numpy(images), atol=1e-5
+        )
     assert isinstance(LITE0(gray_images), torch.Tensor)
 
 
@@ -94,18 +123,26 @@ def test_preprocessing_dict_is_json_and_complete():
     import json
 
     d = json.loads(json.dumps(LITE0.to_dict()))
-    assert d["resize"] == {"size": [128, 128], "interpolation": "bilinear", "antialias": True,
-                           "align_corners": False, "round_to_uint8": False,
-                           "implementation": d["resize"]["implementation"]}
+    assert d["resize"] == {
+        "size": [128, 128],
+        "interpolation": "bilinear",
+        "antialias": True,
+        "align_corners": False,
+        "round_to_uint8": False,
+        "implementation": d["resize"]["implementation"],
+    }
     assert d["normalize"]["mean"] == [127.0] * 3 and d["normalize"]["std"] == [128.0] * 3
 
 
-@pytest.mark.parametrize("bad,message", [
-    (np.zeros((2, 8, 8, 1), dtype=np.float32), "uint8"),
-    (np.zeros((8, 8, 1), dtype=np.uint8), "shape"),
-    (np.zeros((2, 8, 8, 4), dtype=np.uint8), "C = 1 or 3"),
-    (np.zeros((2, 3, 8, 8), dtype=np.uint8), "C = 1 or 3"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (np.zeros((2, 8, 8, 1), dtype=np.float32), "uint8"),
+        (np.zeros((8, 8, 1), dtype=np.uint8), "shape"),
+        (np.zeros((2, 8, 8, 4), dtype=np.uint8), "C = 1 or 3"),
+        (np.zeros((2, 3, 8, 8), dtype=np.uint8), "C = 1 or 3"),
+    ],
+)
 def test_check_images_rejects(bad, message):
     with pytest.raises(ValueError, match=message):
         check_images(bad)
@@ -115,9 +152,13 @@ def test_check_images_rejects(bad, message):
 
 def test_invalid_settings():
     with pytest.raises(ValueError, match="interpolation"):
-        Preprocessing(size=(8, 8), interpolation="lanczos", antialias=True, mean=(0,) * 3, std=(1,) * 3)
+        Preprocessing(
+            size=(8, 8), interpolation="lanczos", antialias=True, mean=(0,) * 3, std=(1,) * 3
+        )
     with pytest.raises(ValueError, match="std"):
-        Preprocessing(size=(8, 8), interpolation="bilinear", antialias=True, mean=(0,) * 3, std=(0, 1, 1))
+        Preprocessing(
+            size=(8, 8), interpolation="bilinear", antialias=True, mean=(0,) * 3, std=(0, 1, 1)
+        )
 
 
 def test_out_buffer_reuse(gray_images):

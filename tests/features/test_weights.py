@@ -27,8 +27,13 @@ def source(tmp_path):
     src = tmp_path / "upstream" / "tiny-weights.pth"
     src.parent.mkdir()
     torch.save({"w": torch.arange(6.0).reshape(2, 3)}, src)
-    spec = WeightsFile(filename="tiny-weights.pth", url=src.as_uri(), description="a tiny test network",
-                       sha256_prefix=file_sha256(src)[:8], aliases=("tiny-alias.pth",))
+    spec = WeightsFile(
+        filename="tiny-weights.pth",
+        url=src.as_uri(),
+        description="a tiny test network",
+        sha256_prefix=file_sha256(src)[:8],
+        aliases=("tiny-alias.pth",),
+    )
     return src, spec
 
 
@@ -79,8 +84,12 @@ def test_failed_download_names_file_and_place(tmp_path, monkeypatch):
         raise download.DownloadError(f"{url}: network is unreachable")
 
     monkeypatch.setattr(download, "fetch", unreachable)
-    spec = WeightsFile(filename="gone.pth", url="https://example.invalid/gone.pth",
-                       description="a missing file", sha256="0" * 64)
+    spec = WeightsFile(
+        filename="gone.pth",
+        url="https://example.invalid/gone.pth",
+        description="a missing file",
+        sha256="0" * 64,
+    )
     with pytest.raises(WeightsNotFoundError, match="gone.pth") as info:
         resolve_weights(spec, tmp_path / "w", offline=False)
     assert "unreachable" in str(info.value) and str((tmp_path / "w").resolve()) in str(info.value)
@@ -109,5 +118,7 @@ def test_load_state_dict_is_weights_only(tmp_path):
 
 def test_published_specs():
     inception = WEIGHTS["inception"]
-    assert inception.filename.endswith(f"-{inception.sha256[:8]}.pth") and len(inception.sha256) == 64
+    assert (
+        inception.filename.endswith(f"-{inception.sha256[:8]}.pth") and len(inception.sha256) == 64
+    )
     assert WEIGHTS["dinov2_vitl14"].url.endswith("dinov2_vitl14_pretrain.pth")

@@ -60,8 +60,10 @@ def test_rank_one_covariance_matches_the_closed_form():
     c2 = random_spd(d)
     m1, m2 = RNG.normal(size=d), RNG.normal(size=d)
     expected = np.sum((m1 - m2) ** 2) + u @ u + np.trace(c2) - 2 * np.sqrt(u @ c2 @ u)
-    got = [frechet_distance(stats(m1, np.outer(u, u)), stats(m2, c2)),
-           frechet_distance(stats(m2, c2), stats(m1, np.outer(u, u)))]
+    got = [
+        frechet_distance(stats(m1, np.outer(u, u)), stats(m2, c2)),
+        frechet_distance(stats(m2, c2), stats(m1, np.outer(u, u))),
+    ]
     assert got == pytest.approx([expected, expected], rel=1e-10)
 
 
@@ -88,8 +90,12 @@ def test_fewer_rows_than_features_match_the_nuclear_norm_form(n, m):
     x, y = RNG.normal(size=(n, d)), RNG.normal(0.2, 1.3, size=(m, d))
     a = (x - x.mean(axis=0)) / np.sqrt(n - 1)
     b = (y - y.mean(axis=0)) / np.sqrt(m - 1)
-    expected = (np.sum((x.mean(axis=0) - y.mean(axis=0)) ** 2) + np.sum(a * a) + np.sum(b * b)
-                - 2 * np.linalg.svd(a @ b.T, compute_uv=False).sum())
+    expected = (
+        np.sum((x.mean(axis=0) - y.mean(axis=0)) ** 2)
+        + np.sum(a * a)
+        + np.sum(b * b)
+        - 2 * np.linalg.svd(a @ b.T, compute_uv=False).sum()
+    )
     sx, sy = gaussian_stats(x), gaussian_stats(y)
     assert frechet_distance(sx, sy) == pytest.approx(expected, rel=1e-12)
     assert frechet_distance(sy, sx) == pytest.approx(expected, rel=1e-12)
@@ -107,12 +113,16 @@ def test_gaussian_stats_equal_numpy_in_blocks():
 
 
 @settings(max_examples=30, deadline=None)
-@given(sizes=st.lists(st.integers(2, 20), min_size=1, max_size=6), d=st.integers(1, 6),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    sizes=st.lists(st.integers(2, 20), min_size=1, max_size=6),
+    d=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_pooled_stats_equal_stats_of_pooled_rows(sizes, d, seed):
     rng = np.random.default_rng(seed)
-    parts = [rng.normal(rng.normal(scale=3, size=d), rng.uniform(0.2, 2), size=(n, d))
-             for n in sizes]
+    parts = [
+        rng.normal(rng.normal(scale=3, size=d), rng.uniform(0.2, 2), size=(n, d)) for n in sizes
+    ]
     pooled = pool_stats([gaussian_stats(p) for p in parts])
     direct = gaussian_stats(np.concatenate(parts))
     assert pooled.n == direct.n
@@ -133,7 +143,8 @@ def test_score_fd_all_from_client_stats_equals_fd_on_pooled_features():
         assert rows[name, "all", ""] == pytest.approx(expected, rel=1e-9)
         xc = x[clients == 2]
         assert rows[name, "client", "2"] == pytest.approx(
-            scipy_fd(xc.mean(axis=0), np.cov(xc, rowvar=False), my, cy), rel=1e-9)
+            scipy_fd(xc.mean(axis=0), np.cov(xc, rowvar=False), my, cy), rel=1e-9
+        )
 
 
 def test_fd_matrix_equals_pairwise_calls():
@@ -154,5 +165,4 @@ def test_bad_fd_inputs_are_named():
     with pytest.raises(ValueError, match="dimensions differ"):
         frechet_distance(stats(np.zeros(2), np.eye(2)), stats(np.zeros(3), np.eye(3)))
     with pytest.raises(ValueError, match=r"clients: client '1' has 1 row; FD"):
-        score(RNG.normal(size=(4, 2)), [0, 0, 0, 1], {"g": RNG.normal(size=(5, 2))},
-              metrics=["fd"])
+        score(RNG.normal(size=(4, 2)), [0, 0, 0, 1], {"g": RNG.normal(size=(5, 2))}, metrics=["fd"])

@@ -37,8 +37,11 @@ def dense_mmd2(name, x, y, estimator, bandwidth=1.5):
     n, m = len(x), len(y)
     if estimator == "biased":
         return kxx.mean() + kyy.mean() - 2 * kxy.mean()
-    return ((kxx.sum() - np.trace(kxx)) / (n * (n - 1))
-            + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+    return (
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * kxy.mean()
+    )
 
 
 def params(name, bandwidth=1.5):
@@ -59,8 +62,15 @@ def test_poly_kd_equals_torch_fidelity_mmd2(estimator):
 def test_kd_equals_dense_sklearn_kernels(name, estimator):
     x = RNG.normal(size=(37, 5))
     y = RNG.normal(0.5, 0.8, size=(23, 5))
-    got = kernel_distance(x, y, kernel=name, kernel_params=params(name), estimator=estimator,
-                          dtype="float64", block_size=8)
+    got = kernel_distance(
+        x,
+        y,
+        kernel=name,
+        kernel_params=params(name),
+        estimator=estimator,
+        dtype="float64",
+        block_size=8,
+    )
     assert got == pytest.approx(dense_mmd2(name, x, y, estimator), rel=1e-10, abs=1e-14)
 
 
@@ -98,22 +108,36 @@ def federations(draw):
     clients = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
     # heterogeneous clients: each has its own mean
     x = rng.normal(size=(len(clients), d)) + rng.normal(scale=2, size=(len(sizes), d))[clients]
-    models = {f"g{i}": rng.normal(rng.normal(), rng.uniform(0.5, 2), size=(m, d))
-              for i, m in enumerate(model_sizes)}
+    models = {
+        f"g{i}": rng.normal(rng.normal(), rng.uniform(0.5, 2), size=(m, d))
+        for i, m in enumerate(model_sizes)
+    }
     return x, clients, models
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(federation=federations(),
-       estimator=st.sampled_from(["unbiased", "biased"]),
-       kernel=st.sampled_from(["poly", "rbf", "laplace", "linear"]),
-       block_size=st.sampled_from([3, 4096]))
+@given(
+    federation=federations(),
+    estimator=st.sampled_from(["unbiased", "biased"]),
+    kernel=st.sampled_from(["poly", "rbf", "laplace", "linear"]),
+    block_size=st.sampled_from([3, 4096]),
+)
 def test_theorem1_kd_gap_is_the_same_for_every_model(federation, estimator, kernel, block_size):
     x, clients, models = federation
-    table = score(x, clients, models, metrics=["kd"], kernel=kernel, kd_estimator=estimator,
-                  kernel_params=params(kernel), dtype="float64", block_size=block_size)
-    wide = table[table.aggregation != "client"].pivot(index="model", columns="aggregation",
-                                                       values="value")
+    table = score(
+        x,
+        clients,
+        models,
+        metrics=["kd"],
+        kernel=kernel,
+        kd_estimator=estimator,
+        kernel_params=params(kernel),
+        dtype="float64",
+        block_size=block_size,
+    )
+    wide = table[table.aggregation != "client"].pivot(
+        index="model", columns="aggregation", values="value"
+    )
     gap = (wide["avg"] - wide["all"]).to_numpy()
     scale = max(np.abs(wide.to_numpy()).max(), np.abs(gap).max(), 1e-300)
     assert (gap.max() - gap.min()) / scale < 1e-9
@@ -125,27 +149,49 @@ def test_subsets_equal_torch_fidelity_kid(name):
     clients = np.repeat([0, 1], [35, 25])
     y = RNG.normal(0.3, 1.0, size=(50, 4))
     bandwidth = 2.0
-    table = score(x, clients, {"g": y}, metrics=["kd"], kernel=name,
-                  kernel_params=params(name, bandwidth), kd_estimator="subsets", n_subsets=6,
-                  subset_size=20, seed=7, dtype="float64")
+    table = score(
+        x,
+        clients,
+        {"g": y},
+        metrics=["kd"],
+        kernel=name,
+        kernel_params=params(name, bandwidth),
+        kd_estimator="subsets",
+        n_subsets=6,
+        subset_size=20,
+        seed=7,
+        dtype="float64",
+    )
     rows = table.set_index(["metric", "aggregation", "client"]).value
     for part, key in ((x, ("all", "")), (x[clients == 1], ("client", "1"))):
-        kid = kid_features_to_metric(torch.from_numpy(y), torch.from_numpy(part), kid_subsets=6,
-                                     kid_subset_size=20, rng_seed=7, verbose=False,
-                                     kid_kernel=name, kid_kernel_rbf_sigma=bandwidth)
+        kid = kid_features_to_metric(
+            torch.from_numpy(y),
+            torch.from_numpy(part),
+            kid_subsets=6,
+            kid_subset_size=20,
+            rng_seed=7,
+            verbose=False,
+            kid_kernel=name,
+            kid_kernel_rbf_sigma=bandwidth,
+        )
         assert rows[("kd", *key)] == pytest.approx(kid["kernel_inception_distance_mean"], rel=1e-10)
-        assert rows[("kd_std", *key)] == pytest.approx(kid["kernel_inception_distance_std"],
-                                                       rel=1e-10)
+        assert rows[("kd_std", *key)] == pytest.approx(
+            kid["kernel_inception_distance_std"], rel=1e-10
+        )
     assert ("kd_std", "avg", "") not in rows.index
 
 
 def test_float32_products_are_close_to_float64():
     x = RNG.normal(size=(600, 64)).astype(np.float32)
     clients = RNG.integers(0, 4, size=600)
-    models = {"near": RNG.normal(0.05, 1.0, size=(300, 64)).astype(np.float32),
-              "far": RNG.normal(0.3, 1.0, size=(300, 64)).astype(np.float32)}
-    f32, f64 = (score(x, clients, models, metrics=["kd"], dtype=dt, block_size=128).value
-                for dt in ("float32", "float64"))
+    models = {
+        "near": RNG.normal(0.05, 1.0, size=(300, 64)).astype(np.float32),
+        "far": RNG.normal(0.3, 1.0, size=(300, 64)).astype(np.float32),
+    }
+    f32, f64 = (
+        score(x, clients, models, metrics=["kd"], dtype=dt, block_size=128).value
+        for dt in ("float32", "float64")
+    )
     # KD is a difference of O(1) terms: compare on that scale
     np.testing.assert_allclose(f32, f64, rtol=0, atol=1e-5)
 
@@ -153,11 +199,11 @@ def test_float32_products_are_close_to_float64():
 @pytest.mark.parametrize("name,metric", [("rbf", "euclidean"), ("laplace", "cityblock")])
 def test_median_bandwidth_is_the_median_pairwise_distance(name, metric):
     x = RNG.normal(size=(80, 3))
-    assert median_bandwidth(x, kernel=name) == pytest.approx(np.median(pdist(x, metric)),
-                                                             rel=1e-12)
+    assert median_bandwidth(x, kernel=name) == pytest.approx(np.median(pdist(x, metric)), rel=1e-12)
     rows = np.random.default_rng(5).choice(80, size=30, replace=False)
     assert median_bandwidth(x, kernel=name, max_rows=30, seed=5) == pytest.approx(
-        np.median(pdist(x[rows], metric)), rel=1e-12)
+        np.median(pdist(x[rows], metric)), rel=1e-12
+    )
 
 
 def test_score_uses_one_median_bandwidth_from_the_pooled_reference():
@@ -168,17 +214,21 @@ def test_score_uses_one_median_bandwidth_from_the_pooled_reference():
     table = score(x, clients, {"g": y}, metrics=["kd"], kernel="rbf", dtype="float64")
     rows = table.set_index(["aggregation", "client"]).value
     assert rows["client", "1"] == pytest.approx(
-        dense_mmd2("rbf", x[20:], y, "unbiased", bandwidth), rel=1e-10)
+        dense_mmd2("rbf", x[20:], y, "unbiased", bandwidth), rel=1e-10
+    )
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"kernel": "cosine"}, "kernel: expected one of"),
-    ({"kernel_params": {"sigma": 1.0}}, r"kernel_params: unknown parameter\(s\) \['sigma'\]"),
-    ({"kernel": "rbf", "kernel_params": {"bandwidth": -1}}, "bandwidth must be positive"),
-    ({"kernel_params": {"degree": 2.5}}, "degree: expected an integer >= 1"),
-    ({"kd_estimator": "mmd"}, "kd_estimator: expected one of"),
-    ({"kd_estimator": "subsets", "subset_size": 9}, r"client '1' has 3 rows; KD subsets"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"kernel": "cosine"}, "kernel: expected one of"),
+        ({"kernel_params": {"sigma": 1.0}}, r"kernel_params: unknown parameter\(s\) \['sigma'\]"),
+        ({"kernel": "rbf", "kernel_params": {"bandwidth": -1}}, "bandwidth must be positive"),
+        ({"kernel_params": {"degree": 2.5}}, "degree: expected an integer >= 1"),
+        ({"kd_estimator": "mmd"}, "kd_estimator: expected one of"),
+        ({"kd_estimator": "subsets", "subset_size": 9}, r"client '1' has 3 rows; KD subsets"),
+    ],
+)
 def test_bad_kd_options_are_named(kwargs, match):
     x = RNG.normal(size=(12, 3))
     clients = np.repeat([0, 1], [9, 3])
@@ -193,6 +243,7 @@ def test_unbiased_kd_needs_two_rows_per_client_and_model():
     with pytest.raises(ValueError, match=r"models\['g'\] has 1 rows"):
         score(x, [0] * 5, {"g": RNG.normal(size=(1, 2))}, metrics=["kd"])
     # the V-statistic is defined for single rows
-    table = score(x, [0, 0, 0, 0, 1], {"g": RNG.normal(size=(1, 2))}, metrics=["kd"],
-                  kd_estimator="biased")
+    table = score(
+        x, [0, 0, 0, 0, 1], {"g": RNG.normal(size=(1, 2))}, metrics=["kd"], kd_estimator="biased"
+    )
     assert np.isfinite(table.value).all()

@@ -37,24 +37,32 @@ def dense_kd(kernel, x, y, estimator, bandwidth):
     n, m = len(x), len(y)
     if estimator == "biased":
         return kxx.mean() + kyy.mean() - 2 * kxy.mean()
-    return ((kxx.sum() - np.trace(kxx)) / (n * (n - 1))
-            + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+    return (
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * kxy.mean()
+    )
 
 
 def batched_kd(kernel, xs, y, estimator, bandwidth):
     """KD of each data set xs[b] (n rows) against y, from dense kernel matrices written
     out here (rbf: exp(-|.|_2^2 / 2h^2), laplace: exp(-|.|_1 / h)), batched over b."""
+
     def k(a, b):
         diff = a[..., :, None, :] - b[..., None, :, :]
         if kernel == "rbf":
             return np.exp(-(diff**2).sum(-1) / (2 * bandwidth**2))
         return np.exp(-np.abs(diff).sum(-1) / bandwidth)
+
     kxx, kyy, kxy = k(xs, xs), k(y, y), k(xs, y)
     n, m = xs.shape[-2], y.shape[0]
     if estimator == "biased":
         return kxx.mean((-2, -1)) + kyy.mean() - 2 * kxy.mean((-2, -1))
-    return ((kxx.sum((-2, -1)) - np.trace(kxx, axis1=-2, axis2=-1)) / (n * (n - 1))
-            + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean((-2, -1)))
+    return (
+        (kxx.sum((-2, -1)) - np.trace(kxx, axis1=-2, axis2=-1)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * kxy.mean((-2, -1))
+    )
 
 
 def largest_replacement_change(kernel, x, y, candidates, estimator, bandwidth):
@@ -81,11 +89,16 @@ def test_dense_references_equal_kernel_distance():
     x, y = RNG.normal(size=(6, 2)), RNG.normal(size=(4, 2))
     for kernel in ("rbf", "laplace"):
         for est in ("unbiased", "biased"):
-            got = kernel_distance(x, y, kernel=kernel, kernel_params={"bandwidth": 0.8},
-                                  estimator=est, dtype="float64")
+            got = kernel_distance(
+                x,
+                y,
+                kernel=kernel,
+                kernel_params={"bandwidth": 0.8},
+                estimator=est,
+                dtype="float64",
+            )
             assert got == pytest.approx(dense_kd(kernel, x, y, est, 0.8), rel=1e-12, abs=1e-15)
-            assert got == pytest.approx(batched_kd(kernel, x, y, est, 0.8), rel=1e-12,
-                                        abs=1e-15)
+            assert got == pytest.approx(batched_kd(kernel, x, y, est, 0.8), rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "laplace"])
@@ -111,19 +124,25 @@ def test_sensitivity_bounds_every_replacement_and_is_nearly_reached(kernel, esti
         x, y = RNG.normal(size=(n, 3)), RNG.normal(0.5, 1.5, size=(m, 3))
         candidates = RNG.normal(scale=3.0, size=(4, 3))
         bandwidth = float(RNG.uniform(0.2, 3.0))
-        assert largest_replacement_change(kernel, x, y, candidates, estimator,
-                                          bandwidth) <= bound * (1 + 1e-12)
+        assert largest_replacement_change(
+            kernel, x, y, candidates, estimator, bandwidth
+        ) <= bound * (1 + 1e-12)
 
 
 def balle_wang_sigma(epsilon, delta, sensitivity):
     """sigma solving Phi(D/2s - e s/D) - e^e Phi(-D/2s - e s/D) = delta (Balle and Wang
     2018, Theorem 8), by Brent's method on a log scale, written here from the paper."""
+
     def excess(log_sigma):
         s = math.exp(log_sigma)
         a, b = sensitivity / (2 * s), epsilon * s / sensitivity
         return norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b) - delta
-    return math.exp(optimize.brentq(excess, math.log(sensitivity) - 10,
-                                    math.log(sensitivity) + 10, xtol=1e-14, rtol=1e-14))
+
+    return math.exp(
+        optimize.brentq(
+            excess, math.log(sensitivity) - 10, math.log(sensitivity) + 10, xtol=1e-14, rtol=1e-14
+        )
+    )
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 0.3, 1.0, 3.0, 10.0])
@@ -145,8 +164,9 @@ def test_two_releases_compose_to_the_budget_by_numerical_integration():
     u, v = np.meshgrid(grid, grid, indexing="ij")
     p = norm.pdf(u, sensitivity, sigma) * norm.pdf(v, sensitivity, sigma)
     q = norm.pdf(u, 0, sigma) * norm.pdf(v, 0, sigma)
-    got = integrate.trapezoid(integrate.trapezoid(np.maximum(p - math.exp(epsilon) * q, 0),
-                                                  grid), grid)
+    got = integrate.trapezoid(
+        integrate.trapezoid(np.maximum(p - math.exp(epsilon) * q, 0), grid), grid
+    )
     assert got == pytest.approx(delta, rel=1e-3)
 
 
@@ -177,7 +197,10 @@ def test_split_equals_dp_accounting_calibration():
     z = mechanism_calibration.calibrate_dp_mechanism(
         pld_privacy_accountant.PLDAccountant,
         lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), n_releases),
-        epsilon, delta, mechanism_calibration.ExplicitBracketInterval(z0 / 2, 2 * z0))
+        epsilon,
+        delta,
+        mechanism_calibration.ExplicitBracketInterval(z0 / 2, 2 * z0),
+    )
     assert z0 == pytest.approx(z, rel=1e-8)
     budget = client_budget(epsilon=epsilon, delta=delta, n_releases=n_releases)
     assert budget.noise_multiplier == z0
@@ -188,8 +211,9 @@ def test_release_adds_noise_of_each_clients_std():
     budget = client_budget(epsilon=1.0, delta=1e-5, n_releases=3)
     sizes = np.array([20, 80])
     kd = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]])
-    noisy = release_kd(np.broadcast_to(kd, (20000, 3, 2)), sizes, budget=budget,
-                       rng=np.random.default_rng(5))
+    noisy = release_kd(
+        np.broadcast_to(kd, (20000, 3, 2)), sizes, budget=budget, rng=np.random.default_rng(5)
+    )
     std = budget.noise_multiplier * 4.0 / sizes
     noise = (noisy - kd) / std
     assert np.abs(noise.mean(axis=0)).max() < 5 / math.sqrt(20000)
@@ -206,10 +230,12 @@ def test_private_scores_average_the_noisy_client_values():
     clients = np.repeat(["a", "b", "c"], [20, 30, 40])
     models = {"g": RNG.normal(size=(25, 3)), "h": RNG.normal(0.4, 1.0, size=(25, 3))}
     params = {"bandwidth": 1.2}
-    table, budget = private_scores(x, clients, models, epsilon=2.0, delta=1e-4,
-                                   kernel_params=params, seed=3, dtype="float64")
-    exact = score(x, clients, models, metrics=("kd",), kernel="rbf", kernel_params=params,
-                  dtype="float64")
+    table, budget = private_scores(
+        x, clients, models, epsilon=2.0, delta=1e-4, kernel_params=params, seed=3, dtype="float64"
+    )
+    exact = score(
+        x, clients, models, metrics=("kd",), kernel="rbf", kernel_params=params, dtype="float64"
+    )
     assert set(table.aggregation) == {"avg", "client"}
     assert budget.n_releases == 2 and budget.epsilon == 2.0
     for model in models:
@@ -218,24 +244,35 @@ def test_private_scores_average_the_noisy_client_values():
         avg = mine[mine.aggregation == "avg"].value.item()
         assert avg == pytest.approx(local.value @ np.array([20, 30, 40]) / 90, rel=1e-12)
         truth = exact[(exact.model == model) & (exact.aggregation == "client")]
-        shift = (local.value.to_numpy() - truth.sort_values("client").value.to_numpy())
+        shift = local.value.to_numpy() - truth.sort_values("client").value.to_numpy()
         assert np.all(np.abs(shift) < 6 * budget.noise_multiplier * 4 / np.array([20, 30, 40]))
         assert np.all(shift != 0)
-    again, _ = private_scores(x, clients, models, epsilon=2.0, delta=1e-4,
-                              kernel_params=params, seed=3, dtype="float64")
+    again, _ = private_scores(
+        x, clients, models, epsilon=2.0, delta=1e-4, kernel_params=params, seed=3, dtype="float64"
+    )
     assert again.equals(table)
 
 
 def test_private_scores_check_their_arguments():
-    x, clients, models = RNG.normal(size=(20, 2)), np.repeat([0, 1], 10), {"g": RNG.normal(
-        size=(10, 2))}
+    x, clients, models = (
+        RNG.normal(size=(20, 2)),
+        np.repeat([0, 1], 10),
+        {"g": RNG.normal(size=(10, 2))},
+    )
     with pytest.raises(ValueError, match="kernel"):
         private_scores(x, clients, models, epsilon=1, delta=1e-5, kernel="poly")
     with pytest.raises(ValueError, match="bandwidth"):
         private_scores(x, clients, models, epsilon=1, delta=1e-5, kernel="rbf")
     with pytest.raises(ValueError, match="kd_estimator"):
-        private_scores(x, clients, models, epsilon=1, delta=1e-5,
-                       kernel_params={"bandwidth": 1.0}, kd_estimator="subsets")
+        private_scores(
+            x,
+            clients,
+            models,
+            epsilon=1,
+            delta=1e-5,
+            kernel_params={"bandwidth": 1.0},
+            kd_estimator="subsets",
+        )
     for bad in (0, -1, float("nan"), "x"):
         with pytest.raises(ValueError, match="epsilon"):
             noise_multiplier(epsilon=bad, delta=1e-5)

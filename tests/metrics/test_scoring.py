@@ -16,9 +16,11 @@ def federation():
     clients = np.array(["paris", "oslo", "rome"])[RNG.integers(0, 3, size=240)]
     offsets = {"paris": 0.0, "oslo": 1.5, "rome": -1.0}
     x = RNG.normal(size=(240, D)) + np.array([offsets[c] for c in clients])[:, None]
-    models = {"sharp": RNG.normal(0.2, 1.0, size=(120, D)),
-              "blurry": RNG.normal(0.0, 0.5, size=(90, D)),
-              "broad": RNG.normal(0.0, 2.0, size=(100, D))}
+    models = {
+        "sharp": RNG.normal(0.2, 1.0, size=(120, D)),
+        "blurry": RNG.normal(0.0, 0.5, size=(90, D)),
+        "broad": RNG.normal(0.0, 2.0, size=(100, D)),
+    }
     return x, clients, models
 
 
@@ -59,14 +61,23 @@ def test_recall_all_is_the_size_weighted_average_of_client_recalls(table):
         assert recall[model, "avg"] == pytest.approx(recall[model, "all"], rel=1e-12)
     # and precision, whose radii depend on the clients, has no such identity here
     precision = table[table.metric == "precision"].set_index(["model", "aggregation"]).value
-    assert any(precision[m, "avg"] != pytest.approx(precision[m, "all"], rel=1e-6)
-               for m in table.model.unique())
+    assert any(
+        precision[m, "avg"] != pytest.approx(precision[m, "all"], rel=1e-6)
+        for m in table.model.unique()
+    )
 
 
 def test_prdc_all_equals_the_prdc_package(federation, capsys):
     x, clients, models = federation
-    table = score(x, clients, models, metrics=["precision", "recall", "density", "coverage"],
-                  pr_k=4, dc_k=4, dtype="float64")
+    table = score(
+        x,
+        clients,
+        models,
+        metrics=["precision", "recall", "density", "coverage"],
+        pr_k=4,
+        dc_k=4,
+        dtype="float64",
+    )
     rows = table.set_index(["model", "metric", "aggregation", "client"]).value
     for model, y in models.items():
         expected = compute_prdc(x, y, nearest_k=4)
@@ -80,15 +91,23 @@ def test_prdc_all_equals_the_prdc_package(federation, capsys):
 
 def test_torch_input_gives_the_numpy_result(federation, table):
     x, clients, models = federation
-    as_torch = score(torch.from_numpy(x), clients,
-                     {k: torch.from_numpy(v) for k, v in models.items()}, dtype="float64")
+    as_torch = score(
+        torch.from_numpy(x),
+        clients,
+        {k: torch.from_numpy(v) for k, v in models.items()},
+        dtype="float64",
+    )
     np.testing.assert_allclose(as_torch.value, table.value, rtol=1e-12)
 
 
 def test_float32_default_is_close_to_float64(federation, table):
     x, clients, models = federation
-    f32 = score(x.astype(np.float32), clients,
-                {k: v.astype(np.float32) for k, v in models.items()}, metrics=["kd", "fd"])
+    f32 = score(
+        x.astype(np.float32),
+        clients,
+        {k: v.astype(np.float32) for k, v in models.items()},
+        metrics=["kd", "fd"],
+    )
     f64 = table[table.metric.isin(["kd", "fd"])]
     np.testing.assert_allclose(f32.value, f64.value, rtol=1e-4, atol=1e-5)
 
@@ -98,8 +117,9 @@ def test_client_scores_equal_the_client_rows(federation, kernel, params):
     x, clients, models = federation
     table = score(x, clients, models, kernel=kernel, kernel_params=params, dtype="float64")
     rows = table.set_index(["model", "metric", "aggregation", "client"]).value
-    got = client_scores(x[clients == "oslo"], models["broad"], kernel=kernel,
-                        kernel_params=params, dtype="float64")
+    got = client_scores(
+        x[clients == "oslo"], models["broad"], kernel=kernel, kernel_params=params, dtype="float64"
+    )
     assert set(got) == {"kd", "fd", "precision", "recall", "density", "coverage"}
     for metric, value in got.items():
         assert value == pytest.approx(rows["broad", metric, "client", "oslo"], rel=1e-10)
@@ -113,29 +133,45 @@ def test_client_scores_need_an_explicit_bandwidth(federation):
 
 def test_subsets_mode_adds_kd_std(federation):
     x, clients, models = federation
-    table = score(x, clients, {"sharp": models["sharp"]}, metrics=["kd"],
-                  kd_estimator="subsets", n_subsets=3, subset_size=50, dtype="float64")
+    table = score(
+        x,
+        clients,
+        {"sharp": models["sharp"]},
+        metrics=["kd"],
+        kd_estimator="subsets",
+        n_subsets=3,
+        subset_size=50,
+        dtype="float64",
+    )
     std = table[table.metric == "kd_std"]
     assert set(std.aggregation) == {"all", "client"}
     assert (std.value >= 0).all()
-    assert set(client_scores(x, models["sharp"], metrics=["kd"], kd_estimator="subsets",
-                             n_subsets=2, subset_size=50)) == {"kd", "kd_std"}
+    assert set(
+        client_scores(
+            x, models["sharp"], metrics=["kd"], kd_estimator="subsets", n_subsets=2, subset_size=50
+        )
+    ) == {"kd", "kd_std"}
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"metrics": ["kd", "fid"]}, "metrics: expected a non-empty subset"),
-    ({"clients": np.zeros(7)}, r"clients: expected 240 labels"),
-    ({"weights": "equal"}, r"weights: expected one of \('size', 'uniform'\)"),
-    ({"dtype": "float16"}, "dtype: expected one of"),
-    ({"models": {}}, "models: expected a non-empty mapping"),
-    ({"models": {"g": np.zeros((0, D))}}, r"models\['g'\]: empty array"),
-    ({"models": {"g": np.full((10, D), np.inf)}}, r"models\['g'\]: contains NaN or infinite"),
-    ({"models": {"g": np.zeros((10, D + 1))}}, r"models\['g'\]: dimension 6 does not match"),
-    ({"reference": np.full((240, D), np.nan)}, "reference: contains NaN"),
-    ({"pr_k": 0}, "pr_k: expected an integer >= 1"),
-    ({"models": {"g": np.ones((3, D))}, "metrics": ["recall"]},
-     r"models\['g'\] has 3 rows; k=3 nearest neighbours need at least 4"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"metrics": ["kd", "fid"]}, "metrics: expected a non-empty subset"),
+        ({"clients": np.zeros(7)}, r"clients: expected 240 labels"),
+        ({"weights": "equal"}, r"weights: expected one of \('size', 'uniform'\)"),
+        ({"dtype": "float16"}, "dtype: expected one of"),
+        ({"models": {}}, "models: expected a non-empty mapping"),
+        ({"models": {"g": np.zeros((0, D))}}, r"models\['g'\]: empty array"),
+        ({"models": {"g": np.full((10, D), np.inf)}}, r"models\['g'\]: contains NaN or infinite"),
+        ({"models": {"g": np.zeros((10, D + 1))}}, r"models\['g'\]: dimension 6 does not match"),
+        ({"reference": np.full((240, D), np.nan)}, "reference: contains NaN"),
+        ({"pr_k": 0}, "pr_k: expected an integer >= 1"),
+        (
+            {"models": {"g": np.ones((3, D))}, "metrics": ["recall"]},
+            r"models\['g'\] has 3 rows; k=3 nearest neighbours need at least 4",
+        ),
+    ],
+)
 def test_bad_input_is_named(federation, change, match):
     x, clients, models = federation
     args = {"reference": x, "clients": clients, "models": models} | change

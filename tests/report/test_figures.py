@@ -5,7 +5,14 @@ import hashlib
 import numpy as np
 import pytest
 
-from distrank.report.figures import DOUBLE_COLUMN_IN, metric_label, metric_name, new_figure, paper_style, save
+from distrank.report.figures import (
+    DOUBLE_COLUMN_IN,
+    metric_label,
+    metric_name,
+    new_figure,
+    paper_style,
+    save,
+)
 
 
 def _figure():
@@ -35,7 +42,9 @@ def test_paper_size_and_fonts():
     assert fig.get_size_inches()[0] == pytest.approx(DOUBLE_COLUMN_IN)
     with paper_style():
         fig.canvas.draw()
-        sizes = [t.get_fontsize() for ax in fig.axes for t in [ax.xaxis.label, *ax.get_xticklabels()]]
+        sizes = [
+            t.get_fontsize() for ax in fig.axes for t in [ax.xaxis.label, *ax.get_xticklabels()]
+        ]
     assert min(sizes) >= 8
 
 
@@ -51,7 +60,10 @@ def test_paper_size_and_fonts():
 )
 def test_metric_names_follow_the_extractor(metric, extractor, expected):
     assert metric_name(metric, extractor) == expected
-    assert metric_label(metric, extractor, "avg") == rf"{expected}$_\mathrm{{avg}}$ on {extractor} features"
+    assert (
+        metric_label(metric, extractor, "avg")
+        == rf"{expected}$_\mathrm{{avg}}$ on {extractor} features"
+    )
 
 
 def test_new_figure_rejects_unknown_width():

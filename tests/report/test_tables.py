@@ -23,9 +23,15 @@ def test_writes_three_files_with_identical_bytes_twice(table, tmp_path):
     data = {k: p.read_bytes() for k, p in first.items()}
     second = write_table(table.copy(), tmp_path / "E1_kd_gap", caption="KD gap")
     assert sorted(first) == ["csv", "md", "tex"]
-    assert {k: p.name for k, p in second.items()} == {k: f"E1_kd_gap.{k}" for k in ("csv", "md", "tex")}
+    assert {k: p.name for k, p in second.items()} == {
+        k: f"E1_kd_gap.{k}" for k in ("csv", "md", "tex")
+    }
     assert {k: p.read_bytes() for k, p in second.items()} == data
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["E1_kd_gap.csv", "E1_kd_gap.md", "E1_kd_gap.tex"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "E1_kd_gap.csv",
+        "E1_kd_gap.md",
+        "E1_kd_gap.tex",
+    ]
 
 
 def test_csv_round_trips_floats_exactly(table, tmp_path):
@@ -43,7 +49,12 @@ def test_markdown_and_latex_content(table, tmp_path):
     assert "0.333" in md and "2.5e-07" in md and "| cgan_trunc0.5" in md
     tex = paths["tex"].read_text()
     lines = tex.splitlines()
-    assert lines[:4] == [r"\begin{table}[t]", r"\centering", r"\caption{Gap \& ranks\_1}", r"\label{tab:E1}"]
+    assert lines[:4] == [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\caption{Gap \& ranks\_1}",
+        r"\label{tab:E1}",
+    ]
     assert r"\begin{tabular}{lrr}" in lines and lines.count(r"\toprule") == 1
     assert r"model & KD\_all & KD\_all\_rank \\" in lines
     assert r"cgan\_trunc0.5 & 0.333 & 2 \\" in lines

@@ -9,5 +9,5 @@ def toy():
     labels = np.repeat(np.arange(10), 16)
     images = rng.integers(0, 40, size=(len(labels), 28, 28)).astype(np.uint8)
     for i, c in enumerate(labels):
-        images[i, 2 * c:2 * c + 8] += 200
+        images[i, 2 * c : 2 * c + 8] += 200
     return images, labels

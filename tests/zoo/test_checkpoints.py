@@ -47,7 +47,7 @@ def _load_data_conftest():
 
 
 http_server = _load_data_conftest().http_server  # a fixture
-FAST = {"backoff": 0.0, "timeout": 5}
+FAST = {"backoff": 0.0, "timeout": 5, "allow_http": True}  # the local server is plain http
 
 # --- fake upstream sources ---------------------------------------------------------------------
 
@@ -62,7 +62,7 @@ def trace(env, text=None):
             handle.write(text or "")
 '''
 
-STYLEGAN_NETWORKS = '''
+STYLEGAN_NETWORKS = """
 import torch
 from torch_utils import trace
 
@@ -88,9 +88,9 @@ class Generator(torch.nn.Module):
 
 class Discriminator(torch.nn.Module):
     pass
-'''
+"""
 
-LEGACY = '''
+LEGACY = """
 import pickle
 import dnnlib
 
@@ -101,7 +101,7 @@ def load_network_pkl(f, force_fp16=False):
     data.setdefault("training_set_kwargs", None)
     data.setdefault("augment_pipe", None)
     return data
-'''
+"""
 
 EDM_NETWORKS = '''
 import torch
@@ -136,11 +136,13 @@ class EDMPrecond(torch.nn.Module):
 def fake_upstream(root: Path, upstream, networks: str, *, legacy: bool) -> Path:
     """Write a fake source tree at root/<name>-<commit>/ and return it."""
     tree = root / upstream.top_folder
-    files = {"dnnlib/__init__.py": "class EasyDict(dict):\n    pass\n",
-             "torch_utils/__init__.py": TRACES,
-             "training/__init__.py": "",
-             "training/networks.py": networks,
-             "README.md": f"fake {upstream.repo}\n"}
+    files = {
+        "dnnlib/__init__.py": "class EasyDict(dict):\n    pass\n",
+        "torch_utils/__init__.py": TRACES,
+        "training/__init__.py": "",
+        "training/networks.py": networks,
+        "README.md": f"fake {upstream.repo}\n",
+    }
     if legacy:
         files["legacy.py"] = LEGACY
     for name, text in files.items():
@@ -152,8 +154,9 @@ def fake_upstream(root: Path, upstream, networks: str, *, legacy: bool) -> Path:
 def github_archive(tree: Path, commit: str) -> bytes:
     """A .tar.gz laid out like GitHub's archive of a commit (pax header with the commit)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT,
-                      pax_headers={"comment": commit}) as tar:
+    with tarfile.open(
+        fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT, pax_headers={"comment": commit}
+    ) as tar:
         tar.add(tree, arcname=tree.name)
     return buffer.getvalue()
 
@@ -175,15 +178,26 @@ def network_pickle(tree: Path, build) -> bytes:
 def stylegan_pickle(tree: Path, *, c_dim=0) -> bytes:
     def build(networks):
         G = networks.Generator(z_dim=6, c_dim=c_dim, w_dim=5, img_resolution=4, img_channels=3)
-        return {"G": G, "D": networks.Discriminator(), "G_ema": G.eval(),
-                "training_set_kwargs": {"path": "afhqcat.zip"}, "augment_pipe": None}
+        return {
+            "G": G,
+            "D": networks.Discriminator(),
+            "G_ema": G.eval(),
+            "training_set_kwargs": {"path": "afhqcat.zip"},
+            "augment_pipe": None,
+        }
+
     return network_pickle(tree, build)
 
 
 def edm_pickle(tree: Path, *, label_dim=0) -> bytes:
     def build(networks):
-        return {"ema": networks.EDMPrecond(img_resolution=4, img_channels=3, label_dim=label_dim),
-                "loss_fn": None, "augment_pipe": None, "dataset_kwargs": {}}
+        return {
+            "ema": networks.EDMPrecond(img_resolution=4, img_channels=3, label_dim=label_dim),
+            "loss_fn": None,
+            "augment_pipe": None,
+            "dataset_kwargs": {},
+        }
+
     return network_pickle(tree, build)
 
 
@@ -195,6 +209,7 @@ def traces(tmp_path, monkeypatch):
 
     def forward_calls():
         return forward.read_text().splitlines() if forward.exists() else []
+
     return unpickled, forward_calls
 
 
@@ -202,8 +217,9 @@ def download(http_server, tmp_path, upstream, pkl_name, *, networks, legacy, bui
     """Serve the fake repo archive and pickle, then fetch and extract them as the pipeline does."""
     tree = fake_upstream(tmp_path / "src", upstream, networks, legacy=legacy)
     owner_repo = upstream.repo
-    code_url = http_server.put(f"{owner_repo}/archive/{upstream.commit}.tar.gz",
-                               github_archive(tree, upstream.commit))
+    code_url = http_server.put(
+        f"{owner_repo}/archive/{upstream.commit}.tar.gz", github_archive(tree, upstream.commit)
+    )
     pkl_url = http_server.put(f"pretrained/{pkl_name}", build(tree))
     lock = tmp_path / "resources" / "checksums.lock"
     downloads = tmp_path / "resources" / "downloads"
@@ -216,8 +232,15 @@ def download(http_server, tmp_path, upstream, pkl_name, *, networks, legacy, bui
 
 @pytest.fixture
 def stylegan(http_server, tmp_path):
-    return download(http_server, tmp_path, STYLEGAN2_ADA, "afhqcat.pkl",
-                    networks=STYLEGAN_NETWORKS, legacy=True, build=stylegan_pickle)
+    return download(
+        http_server,
+        tmp_path,
+        STYLEGAN2_ADA,
+        "afhqcat.pkl",
+        networks=STYLEGAN_NETWORKS,
+        legacy=True,
+        build=stylegan_pickle,
+    )
 
 
 def reference_images(pkl, code_root, seeds, psi, labels=None):
@@ -244,14 +267,17 @@ def reference_images(pkl, code_root, seeds, psi, labels=None):
 
 # --- StyleGAN2-ADA -----------------------------------------------------------------------------
 
+
 def test_pinned_upstreams():
     for upstream in (STYLEGAN2_ADA, EDM):
         assert len(upstream.commit) == 40 and int(upstream.commit, 16) >= 0
     assert STYLEGAN2_ADA.archive_url == (
         "https://github.com/NVlabs/stylegan2-ada-pytorch/archive/"
-        "6f160b3d22b8b178ebe533a50d4d5e63aedba21d.tar.gz")
+        "6f160b3d22b8b178ebe533a50d4d5e63aedba21d.tar.gz"
+    )
     assert STYLEGAN2_ADA.top_folder == (
-        "stylegan2-ada-pytorch-6f160b3d22b8b178ebe533a50d4d5e63aedba21d")
+        "stylegan2-ada-pytorch-6f160b3d22b8b178ebe533a50d4d5e63aedba21d"
+    )
 
 
 def test_refuses_untrusted_pickle_before_loading_it(stylegan, traces):
@@ -270,56 +296,85 @@ def test_generates_seeded_images_and_restores_sys_path(stylegan, traces, tmp_pat
     unpickled, forward_calls = traces
     path_before, modules_before = list(sys.path), set(sys.modules)
 
-    images, labels = generate_from_checkpoint(pkl, code_dir, n=5, seed=3, truncation_psi=0.7,
-                                              batch_size=2, device="cpu", trust_pickles=True)
+    images, labels = generate_from_checkpoint(
+        pkl,
+        code_dir,
+        n=5,
+        seed=3,
+        truncation_psi=0.7,
+        batch_size=2,
+        device="cpu",
+        trust_pickles=True,
+    )
     assert images.shape == (5, 4, 4, 3) and images.dtype == np.uint8 and labels is None
     assert unpickled.exists()
     assert forward_calls() == ["0.7 const 2", "0.7 const 2", "0.7 const 1"]
     assert sys.path == path_before
     assert not {"training", "training.networks", "legacy", "dnnlib", "torch_utils"} & set(
-        sys.modules)
+        sys.modules
+    )
     new_modules = [sys.modules[name] for name in set(sys.modules) - modules_before]
-    assert not [m for m in new_modules
-                if Path(getattr(m, "__file__", None) or "/").is_relative_to(tmp_path)]
+    assert not [
+        m for m in new_modules if Path(getattr(m, "__file__", None) or "/").is_relative_to(tmp_path)
+    ]
 
     code_root = code_dir / STYLEGAN2_ADA.top_folder
     np.testing.assert_array_equal(images, reference_images(pkl, code_root, range(3, 8), 0.7))
     assert images.min() == 0 and images.max() == 255  # clamped like upstream
 
     # Image i depends only on seed + i: not on n, batch size, or the code_dir spelling.
-    again, _ = generate_from_checkpoint(pkl, code_root, n=3, seed=4, truncation_psi=0.7,
-                                        batch_size=3, device="cpu", trust_pickles=True)
+    again, _ = generate_from_checkpoint(
+        pkl,
+        code_root,
+        n=3,
+        seed=4,
+        truncation_psi=0.7,
+        batch_size=3,
+        device="cpu",
+        trust_pickles=True,
+    )
     np.testing.assert_array_equal(again, images[1:4])
-    other_seed, _ = generate_from_checkpoint(pkl, code_dir, n=5, seed=100, truncation_psi=0.7,
-                                             device="cpu", trust_pickles=True)
+    other_seed, _ = generate_from_checkpoint(
+        pkl, code_dir, n=5, seed=100, truncation_psi=0.7, device="cpu", trust_pickles=True
+    )
     assert not np.array_equal(other_seed, images)
 
     # Truncation reaches the network: psi = 0 maps every latent to the average.
-    collapsed, _ = generate_from_checkpoint(pkl, code_dir, n=4, seed=3, truncation_psi=0.0,
-                                            device="cpu", trust_pickles=True)
+    collapsed, _ = generate_from_checkpoint(
+        pkl, code_dir, n=4, seed=3, truncation_psi=0.0, device="cpu", trust_pickles=True
+    )
     assert (collapsed == collapsed[0]).all()
     assert forward_calls()[-1] == "0.0 const 4"
 
 
 def test_conditional_network_labels(http_server, tmp_path, traces):
-    pkl, code_dir = download(http_server, tmp_path, STYLEGAN2_ADA, "cifar10.pkl",
-                             networks=STYLEGAN_NETWORKS, legacy=True,
-                             build=lambda tree: stylegan_pickle(tree, c_dim=4))
-    images, labels = generate_from_checkpoint(pkl, code_dir, n=40, seed=0, batch_size=16,
-                                              device="cpu", trust_pickles=True)
+    pkl, code_dir = download(
+        http_server,
+        tmp_path,
+        STYLEGAN2_ADA,
+        "cifar10.pkl",
+        networks=STYLEGAN_NETWORKS,
+        legacy=True,
+        build=lambda tree: stylegan_pickle(tree, c_dim=4),
+    )
+    images, labels = generate_from_checkpoint(
+        pkl, code_dir, n=40, seed=0, batch_size=16, device="cpu", trust_pickles=True
+    )
     expected = [_label_after_z(s, z_dim=6, n_classes=4) for s in range(40)]
     assert labels.dtype == np.int64 and labels.tolist() == expected
     assert set(labels.tolist()) == {0, 1, 2, 3}
     code_root = find_code_root(code_dir)
     np.testing.assert_array_equal(images, reference_images(pkl, code_root, range(40), 1.0, labels))
 
-    fixed, fixed_labels = generate_from_checkpoint(pkl, code_dir, n=3, seed=0, class_idx=2,
-                                                   device="cpu", trust_pickles=True)
+    fixed, fixed_labels = generate_from_checkpoint(
+        pkl, code_dir, n=3, seed=0, class_idx=2, device="cpu", trust_pickles=True
+    )
     assert fixed_labels.tolist() == [2, 2, 2]
     np.testing.assert_array_equal(fixed, reference_images(pkl, code_root, range(3), 1.0, [2] * 3))
     with pytest.raises(ValueError, match=r"'class_idx' must be in 0\.\.3"):
-        generate_from_checkpoint(pkl, code_dir, n=1, seed=0, class_idx=4, device="cpu",
-                                 trust_pickles=True)
+        generate_from_checkpoint(
+            pkl, code_dir, n=1, seed=0, class_idx=4, device="cpu", trust_pickles=True
+        )
 
 
 def _label_after_z(seed, z_dim, n_classes):
@@ -331,11 +386,13 @@ def _label_after_z(seed, z_dim, n_classes):
 def test_unconditional_network_rejects_class(stylegan):
     pkl, code_dir = stylegan
     with pytest.raises(ValueError, match="unconditional network; class_idx must be None"):
-        generate_from_checkpoint(pkl, code_dir, n=1, seed=0, class_idx=1, device="cpu",
-                                 trust_pickles=True)
+        generate_from_checkpoint(
+            pkl, code_dir, n=1, seed=0, class_idx=1, device="cpu", trust_pickles=True
+        )
     with pytest.raises(ValueError, match="'noise_mode'"):
-        generate_from_checkpoint(pkl, code_dir, n=1, seed=0, noise_mode="loud", device="cpu",
-                                 trust_pickles=True)
+        generate_from_checkpoint(
+            pkl, code_dir, n=1, seed=0, noise_mode="loud", device="cpu", trust_pickles=True
+        )
 
 
 def test_code_dir_must_be_an_upstream_tree(stylegan, tmp_path):
@@ -344,8 +401,9 @@ def test_code_dir_must_be_an_upstream_tree(stylegan, tmp_path):
     with pytest.raises(FileNotFoundError, match="not an upstream source tree"):
         generate_from_checkpoint(pkl, tmp_path / "empty", n=1, seed=0, trust_pickles=True)
     with pytest.raises(FileNotFoundError, match=r"network pickle .*missing\.pkl"):
-        generate_from_checkpoint(tmp_path / "missing.pkl", tmp_path, n=1, seed=0,
-                                 trust_pickles=True)
+        generate_from_checkpoint(
+            tmp_path / "missing.pkl", tmp_path, n=1, seed=0, trust_pickles=True
+        )
 
 
 def test_upstream_code_shadows_and_restores_modules(tmp_path):
@@ -355,6 +413,7 @@ def test_upstream_code_shadows_and_restores_modules(tmp_path):
     try:
         with upstream_code(tree):
             import dnnlib
+
             assert dnnlib is not sentinel and Path(dnnlib.__file__).parent == tree / "dnnlib"
         assert sys.modules["dnnlib"] is sentinel
     finally:
@@ -363,15 +422,23 @@ def test_upstream_code_shadows_and_restores_modules(tmp_path):
 
 # --- EDM ---------------------------------------------------------------------------------------
 
+
 def test_edm_sampler_against_closed_form(http_server, tmp_path, traces):
     """For Gaussian data N(m, s^2) the probability-flow ODE has the exact solution
     x(t) = m + (x(T) - m) sqrt(t^2 + s^2) / sqrt(T^2 + s^2); Heun must land close to it."""
-    pkl, code_dir = download(http_server, tmp_path, EDM, "edm-cifar10-32x32-cond-vp.pkl",
-                             networks=EDM_NETWORKS, legacy=False,
-                             build=lambda tree: edm_pickle(tree, label_dim=3))
+    pkl, code_dir = download(
+        http_server,
+        tmp_path,
+        EDM,
+        "edm-cifar10-32x32-cond-vp.pkl",
+        networks=EDM_NETWORKS,
+        legacy=False,
+        build=lambda tree: edm_pickle(tree, label_dim=3),
+    )
     _, forward_calls = traces
-    images, labels = generate_from_checkpoint(pkl, code_dir, n=5, seed=7, batch_size=4,
-                                              num_steps=100, device="cpu", trust_pickles=True)
+    images, labels = generate_from_checkpoint(
+        pkl, code_dir, n=5, seed=7, batch_size=4, num_steps=100, device="cpu", trust_pickles=True
+    )
     assert images.shape == (5, 4, 4, 3) and images.dtype == np.uint8
     assert len(forward_calls()) == 2 * (2 * 100 - 1)  # two batches, 2N - 1 evaluations each
     assert sys.modules.get("training") is None
@@ -382,13 +449,14 @@ def test_edm_sampler_against_closed_form(http_server, tmp_path, traces):
         z = torch.randn([3, 4, 4], generator=gen).double().numpy()
         assert label == torch.randint(3, size=[], generator=gen).item()
         m = means[label]
-        x0 = m + (T * z - m) * s / np.sqrt(T ** 2 + s ** 2)
+        x0 = m + (T * z - m) * s / np.sqrt(T**2 + s**2)
         expected = np.clip(x0.transpose(1, 2, 0) * 127.5 + 128, 0, 255)
         assert np.abs(image - expected).max() <= 1.5  # < 1 from the uint8 cast, ~0.4 from Heun
 
     with pytest.raises(ValueError, match="EDM network, which has no truncation"):
-        generate_from_checkpoint(pkl, code_dir, n=1, seed=0, truncation_psi=0.5, device="cpu",
-                                 trust_pickles=True)
+        generate_from_checkpoint(
+            pkl, code_dir, n=1, seed=0, truncation_psi=0.5, device="cpu", trust_pickles=True
+        )
 
 
 class GaussianDenoiser:
@@ -400,36 +468,62 @@ class GaussianDenoiser:
         return torch.as_tensor(sigma)
 
     def __call__(self, x, sigma, class_labels=None):
-        return x * self.s2 / (sigma ** 2 + self.s2)
+        return x * self.s2 / (sigma**2 + self.s2)
 
 
 def test_edm_sample_is_second_order():
     z = torch.randn(200, 3, 2, 2, generator=torch.Generator().manual_seed(0))
-    exact = 80 * z.double() * 0.5 / np.sqrt(80 ** 2 + 0.25)
-    errors = [float((edm_sample(GaussianDenoiser(), z, num_steps=n) - exact).abs().max())
-              for n in (25, 100)]
-    assert errors[1] < 5e-3 and errors[0] / errors[1] > 4 ** 2 * 0.7  # Heun: O(h^2)
+    exact = 80 * z.double() * 0.5 / np.sqrt(80**2 + 0.25)
+    errors = [
+        float((edm_sample(GaussianDenoiser(), z, num_steps=n) - exact).abs().max())
+        for n in (25, 100)
+    ]
+    assert errors[1] < 5e-3 and errors[0] / errors[1] > 4**2 * 0.7  # Heun: O(h^2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_generation(http_server, tmp_path):
-    sg_pkl, sg_code = download(http_server, tmp_path / "sg", STYLEGAN2_ADA, "cifar10.pkl",
-                               networks=STYLEGAN_NETWORKS, legacy=True,
-                               build=lambda tree: stylegan_pickle(tree, c_dim=4))
-    edm_pkl, edm_code = download(http_server, tmp_path / "edm", EDM, "edm-cifar10.pkl",
-                                 networks=EDM_NETWORKS, legacy=False,
-                                 build=lambda tree: edm_pickle(tree, label_dim=3))
+    sg_pkl, sg_code = download(
+        http_server,
+        tmp_path / "sg",
+        STYLEGAN2_ADA,
+        "cifar10.pkl",
+        networks=STYLEGAN_NETWORKS,
+        legacy=True,
+        build=lambda tree: stylegan_pickle(tree, c_dim=4),
+    )
+    edm_pkl, edm_code = download(
+        http_server,
+        tmp_path / "edm",
+        EDM,
+        "edm-cifar10.pkl",
+        networks=EDM_NETWORKS,
+        legacy=False,
+        build=lambda tree: edm_pickle(tree, label_dim=3),
+    )
     results = {}
     for pkl, code in ((sg_pkl, sg_code), (edm_pkl, edm_code)):
-        runs = [generate_from_checkpoint(pkl, code, n=6, seed=1, batch_size=batch, num_steps=4,
-                                         device="cuda", trust_pickles=True) for batch in (6, 4)]
+        runs = [
+            generate_from_checkpoint(
+                pkl,
+                code,
+                n=6,
+                seed=1,
+                batch_size=batch,
+                num_steps=4,
+                device="cuda",
+                trust_pickles=True,
+            )
+            for batch in (6, 4)
+        ]
         (images, labels), (again, again_labels) = results[pkl.name] = runs
         assert images.shape == (6, 4, 4, 3) and labels.shape == (6,)
         np.testing.assert_array_equal(images, again)
         np.testing.assert_array_equal(labels, again_labels)
     # StyleGAN2-ADA latents and labels come from numpy: the same on every device.
-    cpu, cpu_labels = generate_from_checkpoint(sg_pkl, sg_code, n=6, seed=1, device="cpu",
-                                               trust_pickles=True)
+    cpu, cpu_labels = generate_from_checkpoint(
+        sg_pkl, sg_code, n=6, seed=1, device="cpu", trust_pickles=True
+    )
     cuda, cuda_labels = results["cifar10.pkl"][0]
     np.testing.assert_array_equal(cpu_labels, cuda_labels)
     assert np.abs(cpu.astype(int) - cuda).max() <= 1
@@ -437,14 +531,28 @@ def test_cuda_generation(http_server, tmp_path):
 
 def test_two_upstreams_in_one_process(http_server, tmp_path, traces):
     """StyleGAN2-ADA's and EDM's trees both define dnnlib, torch_utils and training."""
-    sg_pkl, sg_code = download(http_server, tmp_path / "sg", STYLEGAN2_ADA, "ffhq.pkl",
-                               networks=STYLEGAN_NETWORKS, legacy=True, build=stylegan_pickle)
-    edm_pkl, edm_code = download(http_server, tmp_path / "edm", EDM,
-                                 "edm-ffhq-64x64-uncond-vp.pkl", networks=EDM_NETWORKS,
-                                 legacy=False, build=edm_pickle)
+    sg_pkl, sg_code = download(
+        http_server,
+        tmp_path / "sg",
+        STYLEGAN2_ADA,
+        "ffhq.pkl",
+        networks=STYLEGAN_NETWORKS,
+        legacy=True,
+        build=stylegan_pickle,
+    )
+    edm_pkl, edm_code = download(
+        http_server,
+        tmp_path / "edm",
+        EDM,
+        "edm-ffhq-64x64-uncond-vp.pkl",
+        networks=EDM_NETWORKS,
+        legacy=False,
+        build=edm_pickle,
+    )
     for pkl, code in ((sg_pkl, sg_code), (edm_pkl, edm_code), (sg_pkl, sg_code)):
-        images, labels = generate_from_checkpoint(pkl, code, n=2, seed=0, num_steps=4,
-                                                  device="cpu", trust_pickles=True)
+        images, labels = generate_from_checkpoint(
+            pkl, code, n=2, seed=0, num_steps=4, device="cpu", trust_pickles=True
+        )
         assert images.shape == (2, 4, 4, 3) and labels is None
     with pytest.raises((AttributeError, ModuleNotFoundError, AssertionError)):
         # EDM's tree cannot unpickle a StyleGAN2-ADA network: its training.networks differs.

@@ -56,8 +56,9 @@ def test_truncation_bounds_latents_and_reduces_diversity(state):
     assert truncated_normal(5000, 8, None, torch.Generator().manual_seed(0)).abs().max() > 3
 
     def within_class_variance(truncation):
-        images, _ = sample_cgan(state, 400, seed=1, truncation=truncation,
-                                labels=np.zeros(400, int))
+        images, _ = sample_cgan(
+            state, 400, seed=1, truncation=truncation, labels=np.zeros(400, int)
+        )
         return images.astype(float).var(axis=0).mean()
 
     spread = [within_class_variance(t) for t in (None, 1.0, 0.2)]

@@ -37,8 +37,9 @@ def test_noise_is_seeded(data):
 def test_blur_equals_gaussian_filter_per_image(data):
     images, labels = data
     out, out_labels = blur(images, labels, sigma=1.3)
-    expected = [np.clip(np.round(ndimage.gaussian_filter(im.astype(float), 1.3)), 0, 255)
-                for im in images]
+    expected = [
+        np.clip(np.round(ndimage.gaussian_filter(im.astype(float), 1.3)), 0, 255) for im in images
+    ]
     assert out.dtype == np.uint8
     assert np.array_equal(out, np.array(expected, dtype=np.uint8))
     assert np.array_equal(out_labels, labels)
@@ -50,8 +51,10 @@ def test_blur_equals_gaussian_filter_per_image(data):
 @pytest.mark.parametrize("kind, levels", [("noise", [0, 5, 20, 60]), ("blur", [0, 0.5, 1, 2])])
 def test_levels_are_monotone(data, kind, levels):
     images, labels = data
-    dist = [np.abs(degrade(kind, images, labels, level=lv, seed=0)[0].astype(float)
-                   - images).mean() for lv in levels]
+    dist = [
+        np.abs(degrade(kind, images, labels, level=lv, seed=0)[0].astype(float) - images).mean()
+        for lv in levels
+    ]
     assert dist[0] == 0 and np.all(np.diff(dist) > 0)
 
 
@@ -80,12 +83,15 @@ def test_mode_drop_keep_classes_and_balanced_reuse(data):
     assert np.array_equal(out, mode_drop(images, labels, keep_classes=[2, 7], seed=0, n=125)[0])
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"n_drop": 10}, "n_drop"),
-    ({}, "n_drop"),
-    ({"n_drop": 1, "keep_classes": [1]}, "n_drop"),
-    ({"keep_classes": [11]}, "keep_classes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"n_drop": 10}, "n_drop"),
+        ({}, "n_drop"),
+        ({"n_drop": 1, "keep_classes": [1]}, "n_drop"),
+        ({"keep_classes": [11]}, "keep_classes"),
+    ],
+)
 def test_mode_drop_errors(data, kwargs, key):
     images, labels = data
     with pytest.raises(ValueError, match=f"'{key}'"):

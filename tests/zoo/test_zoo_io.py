@@ -6,8 +6,9 @@ import torch
 from distrank import zoo
 
 
-@pytest.mark.parametrize("family, knob", [("cgan", {"truncation": 0.7}),
-                                          ("vae", {"temperature": 0.7})])
+@pytest.mark.parametrize(
+    "family, knob", [("cgan", {"truncation": 0.7}), ("vae", {"temperature": 0.7})]
+)
 def test_dispatch_and_state_files(tmp_path, toy, family, knob):
     state = zoo.train(family, *toy, seed=1, steps=2, batch_size=16, width=4)
     zoo.save_state(tmp_path / "m.pt", state)

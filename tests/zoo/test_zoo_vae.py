@@ -26,15 +26,16 @@ def test_samples_are_byte_identical_under_a_seed(state):
     images, labels = sample_vae(state, 30, seed=2, temperature=0.8)
     assert images.shape == (30, 28, 28) and images.dtype == np.uint8
     assert np.array_equal(labels, np.arange(30) % 10)
-    assert images.tobytes() == sample_vae(state, 30, seed=2, temperature=0.8,
-                                          batch_size=4)[0].tobytes()
+    assert (
+        images.tobytes()
+        == sample_vae(state, 30, seed=2, temperature=0.8, batch_size=4)[0].tobytes()
+    )
     assert not np.array_equal(images, sample_vae(state, 30, seed=3, temperature=0.8)[0])
 
 
 def test_temperature_controls_diversity(state):
     def within_class_variance(temperature):
-        images, _ = sample_vae(state, 300, seed=1, temperature=temperature,
-                               labels=np.full(300, 4))
+        images, _ = sample_vae(state, 300, seed=1, temperature=temperature, labels=np.full(300, 4))
         return images.astype(float).var(axis=0).mean()
 
     spread = [within_class_variance(t) for t in (1.5, 0.5, 0.0)]

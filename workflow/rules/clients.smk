@@ -6,18 +6,18 @@ rule partition:
         f"{RESULTS}/features/reference.npz",
     output:
         f"{RESULTS}/clients/{{partition}}/manifest.csv",
-    params:
-        scheme=lambda wc: config["partitions"][wc.partition],
-        seed=config["seed"],
     log:
         f"{LOGS}/partition/{{partition}}.log",
     benchmark:
         f"{BENCH}/partition/{{partition}}.tsv"
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("partition", "mem_mb"),
         runtime=res("partition", "runtime"),
-    conda:
-        "../../envs/core.yaml"
+    params:
+        scheme=lambda wc: config["partitions"][wc.partition],
+        seed=config["seed"],
     script:
         "../../scripts/partition.py"
 
@@ -30,10 +30,10 @@ rule client_data:
         f"{RESULTS}/clients/{{partition}}/{{client}}.npz",
     log:
         f"{LOGS}/client_data/{{partition}}/{{client}}.log",
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("client_data", "mem_mb"),
         runtime=res("client_data", "runtime"),
-    conda:
-        "../../envs/core.yaml"
     script:
         "../../scripts/client_data.py"

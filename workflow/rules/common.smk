@@ -7,9 +7,10 @@ from snakemake.utils import validate
 
 from distrank import experiments, zoo
 from distrank.clients import n_clients
-from distrank.config import check
+from distrank.config import check, check_file
 
-
+for _file in workflow.configfiles:  # a key given twice: YAML would keep the last silently
+    check_file(_file)
 validate(config, "../schemas/config.schema.yaml")  # also fills the schema's defaults
 for _warning in check(config):
     logger.warning(_warning)
@@ -76,10 +77,10 @@ def clients(partition):
 
 
 def check_resources():
-    """Every key of `resources` is `default` or a rule of the workflow."""
-    unknown = set(config["resources"]) - {"default"} - {r.name for r in workflow.rules}
-    if unknown:
-        raise ValueError(f"config: resources.{sorted(unknown)[0]} is not a rule of the workflow")
+    """Warn about `resources` keys that name none of this workflow's rules (a typo,
+    or a rule of an experiment that this config does not run)."""
+    for name in sorted(set(config["resources"]) - {"default"} - {r.name for r in workflow.rules}):
+        logger.warning(f"config: resources.{name} names no rule of this workflow")
 
 
 def res(rule, key):
@@ -163,12 +164,13 @@ def experiment_paths(key):
 def experiment_outputs(key):
     """The outputs of an experiment's rule: its paths, PNGs in the report with the
     caption workflow/report/<key>.rst (relative to the rule's file)."""
-    return {
-        name: report(path, caption=f"../../report/{key}.rst", category="Experiments")
-        if name.startswith("png")
-        else path
-        for name, path in experiment_paths(key).items()
-    }
+    outputs = experiment_paths(key)
+    for name in outputs:
+        if name.startswith("png"):
+            outputs[name] = report(
+                outputs[name], caption=f"../../report/{key}.rst", category="Experiments"
+            )
+    return outputs
 
 
 # Final outputs of the studies beside E1-E10 (agreement.smk appends to it).

@@ -6,21 +6,21 @@ rule real_images:
         lambda wc: source_paths(config[wc.subset]["source"]).values(),
     output:
         f"{RESULTS}/images/{{subset}}.npz",
-    params:
-        spec=lambda wc: config[wc.subset],
-        paths=lambda wc: source_paths(config[wc.subset]["source"]),
-        seed=config["seed"],
     log:
         f"{LOGS}/real_images/{{subset}}.log",
     benchmark:
         f"{BENCH}/real_images/{{subset}}.tsv"
     wildcard_constraints:
         subset="reference|heldout",
+    conda:
+        "../../envs/core.yaml"
     threads: res("real_images", "threads")  # processes decoding image files
     resources:
         mem_mb=res("real_images", "mem_mb"),
         runtime=res("real_images", "runtime"),
-    conda:
-        "../../envs/core.yaml"
+    params:
+        spec=lambda wc: config[wc.subset],
+        paths=lambda wc: source_paths(config[wc.subset]["source"]),
+        seed=config["seed"],
     script:
         "../../scripts/real_images.py"

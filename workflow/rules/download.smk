@@ -2,6 +2,7 @@
 # checksum (or the lock file) before it appears under its name; archives unpack
 # beside it. Shared by every study, hence outside results/<study>/.
 
+
 localrules:
     download,  # compute nodes may have no internet
 
@@ -9,16 +10,16 @@ localrules:
 rule download:
     output:
         "resources/downloads/{artifact}",
-    params:
-        entry=download_entry,
-        lockfile=LOCKFILE,
     log:
         "logs/downloads/{artifact}.log",
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("download", "mem_mb"),
         runtime=res("download", "runtime"),
-    conda:
-        "../../envs/core.yaml"
+    params:
+        entry=download_entry,
+        lockfile=LOCKFILE,
     script:
         "../../scripts/download.py"
 
@@ -30,10 +31,10 @@ rule extract_archive:
         directory("resources/downloads/{artifact}.d"),
     log:
         "logs/downloads/{artifact}.extract.log",
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("extract_archive", "mem_mb"),
         runtime=res("extract_archive", "runtime"),
-    conda:
-        "../../envs/core.yaml"
     script:
         "../../scripts/extract_archive.py"

@@ -6,21 +6,21 @@ rule extract_features:
         f"{RESULTS}/images/{{name}}.npz",
     output:
         f"{RESULTS}/features/{{name}}.npz",
-    params:
-        features=config["features"],
-        device=device("extract_features"),
     log:
         f"{LOGS}/extract_features/{{name}}.log",
     benchmark:
         f"{BENCH}/extract_features/{{name}}.tsv"
     wildcard_constraints:
         name=f"reference|heldout|model_({one_of(MODELS)})",  # image models only
+    conda:
+        "../../envs/torch.yaml"
     threads: res("extract_features", "threads")
     resources:
         mem_mb=res("extract_features", "mem_mb"),
         runtime=res("extract_features", "runtime"),
         gpu=res("extract_features", "gpus"),
-    conda:
-        "../../envs/torch.yaml"
+    params:
+        features=config["features"],
+        device=device("extract_features"),
     script:
         "../../scripts/extract_features.py"

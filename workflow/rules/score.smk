@@ -11,18 +11,18 @@ rule score_client:
         models=scored_features,
     output:
         f"{RESULTS}/scores/{{partition}}/clients/{{client}}.json",
-    params:
-        models=lambda wc: SCORED[wc.partition],
-        metrics=config["metrics"],
     log:
         f"{LOGS}/score_client/{{partition}}/{{client}}.log",
     benchmark:
         f"{BENCH}/score_client/{{partition}}/{{client}}.tsv"
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("score_client", "mem_mb"),
         runtime=res("score_client", "runtime"),
-    conda:
-        "../../envs/core.yaml"
+    params:
+        models=lambda wc: SCORED[wc.partition],
+        metrics=config["metrics"],
     script:
         "../../scripts/score_client.py"
 
@@ -32,12 +32,12 @@ rule average_clients:
         client_score_files,
     output:
         f"{RESULTS}/scores/{{partition}}/avg.json",
-    params:
-        weights=config["metrics"]["weights"],
     log:
         f"{LOGS}/average_clients/{{partition}}.log",
     conda:
         "../../envs/core.yaml"
+    params:
+        weights=config["metrics"]["weights"],
     script:
         "../../scripts/average_clients.py"
 
@@ -49,17 +49,17 @@ rule score_all_centralized:
         models=scored_features,
     output:
         f"{RESULTS}/scores/{{partition}}/all_centralized.json",
-    params:
-        models=lambda wc: SCORED[wc.partition],
-        metrics=config["metrics"],
     log:
         f"{LOGS}/score_all_centralized/{{partition}}.log",
     benchmark:
         f"{BENCH}/score_all_centralized/{{partition}}.tsv"
+    conda:
+        "../../envs/core.yaml"
     resources:
         mem_mb=res("score_all_centralized", "mem_mb"),
         runtime=res("score_all_centralized", "runtime"),
-    conda:
-        "../../envs/core.yaml"
+    params:
+        models=lambda wc: SCORED[wc.partition],
+        metrics=config["metrics"],
     script:
         "../../scripts/score_all_centralized.py"

@@ -8,22 +8,22 @@ rule train_generator:
         f"{RESULTS}/images/reference.npz",
     output:
         f"{RESULTS}/zoo/{{family}}.pt",
-    params:
-        family=lambda wc: wc.family,
-        settings=lambda wc: config["zoo"][wc.family],
-        seed=config["seed"],
     log:
         f"{LOGS}/train_generator/{{family}}.log",
     benchmark:
         f"{BENCH}/train_generator/{{family}}.tsv"
     wildcard_constraints:
         family=one_of(zoo.FAMILIES),
+    conda:
+        "../../envs/torch.yaml"
     threads: res("train_generator", "threads")
     resources:
         mem_mb=res("train_generator", "mem_mb"),
         runtime=res("train_generator", "runtime"),
-    conda:
-        "../../envs/torch.yaml"
+    params:
+        family=lambda wc: wc.family,
+        settings=lambda wc: config["zoo"][wc.family],
+        seed=config["seed"],
     script:
         "../../scripts/train_generator.py"
 
@@ -33,6 +33,17 @@ rule generate:
         unpack(model_inputs),
     output:
         f"{RESULTS}/images/model_{{model}}.npz",
+    log:
+        f"{LOGS}/generate/{{model}}.log",
+    benchmark:
+        f"{BENCH}/generate/{{model}}.tsv"
+    conda:
+        "../../envs/torch.yaml"
+    threads: res("generate", "threads")
+    resources:
+        mem_mb=res("generate", "mem_mb"),
+        runtime=res("generate", "runtime"),
+        gpu=lambda wc: res("generate", "gpus") if MODELS[wc.model]["kind"] == "checkpoint" else 0,
     params:
         spec=lambda wc: MODELS[wc.model],
         n_samples=config["n_samples"],
@@ -41,16 +52,5 @@ rule generate:
         batch_size=config["generation"]["batch_size"],
         device=device("generate"),
         trust_pickles=config["trust_pickles"],
-    log:
-        f"{LOGS}/generate/{{model}}.log",
-    benchmark:
-        f"{BENCH}/generate/{{model}}.tsv"
-    threads: res("generate", "threads")
-    resources:
-        mem_mb=res("generate", "mem_mb"),
-        runtime=res("generate", "runtime"),
-        gpu=lambda wc: res("generate", "gpus") if MODELS[wc.model]["kind"] == "checkpoint" else 0,
-    conda:
-        "../../envs/torch.yaml"
     script:
         "../../scripts/generate.py"

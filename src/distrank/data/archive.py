@@ -39,8 +39,9 @@ def safe_extract(archive_path: str | os.PathLike, dest: str | os.PathLike) -> Pa
     """
     archive_path, dest = Path(archive_path), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise FileExistsError(f"cannot extract {archive_path}: {dest} already exists and is not an "
-                              "empty directory")
+        raise FileExistsError(
+            f"cannot extract {archive_path}: {dest} already exists and is not an empty directory"
+        )
     if zipfile.is_zipfile(archive_path):
         with zipfile.ZipFile(archive_path) as archive:
             _check_all(archive_path, (_zip_member(info) for info in archive.infolist()))
@@ -88,7 +89,8 @@ def _check_all(archive_path: Path, members) -> None:
         if len(problems) > 5:
             shown += f"; ... ({len(problems)} in all)"
         raise UnsafeArchiveError(
-            f"refusing to extract {archive_path}, nothing was extracted: {shown}")
+            f"refusing to extract {archive_path}, nothing was extracted: {shown}"
+        )
 
 
 def _member_problem(name: str, kind: str, link: str | None, symlinks: set[str]) -> str | None:

@@ -9,6 +9,12 @@ Every download is checked against something: a published checksum (``sha256``
 or ``md5``) or, when none is published, the sha256 recorded on first download
 in a lock file (``resources/checksums.lock``) that the user commits. Asking for
 a download with neither is an error, never a silent skip.
+
+Downloads go over https (or read a local ``file://`` URL). Plain http, whose bytes
+anyone on the path can swap (only the checksum would notice), is refused unless
+the caller opts in with ``allow_http=True`` (config ``downloads_allow_http: true``,
+for a trusted local mirror); a redirect that changes the scheme (https to http,
+say) is refused either way.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from distrank._io import atomic_open
 
@@ -44,6 +51,8 @@ log = logging.getLogger(__name__)
 USER_AGENT = "distrank-fetch/0.1 (+python-urllib)"
 # Statuses worth another try: the server or a proxy is temporarily unhappy.
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# URL schemes fetched without an opt-in (plain http needs allow_http=True).
+SCHEMES = ("https", "file")
 
 
 class DownloadError(RuntimeError):
@@ -79,12 +88,13 @@ def fetch(
     timeout: float = 60,
     chunk: int = 1 << 20,
     backoff: float = 2.0,
+    allow_http: bool = False,
 ) -> Path:
     """Download ``url`` to ``dest`` and verify it; return ``dest`` as a Path.
 
     Parameters
     ----------
-    url : the source (http, https or file URL).
+    url : the source: an https or file URL, or http with ``allow_http``.
     dest : final path; the transfer goes to ``<dest>.part`` and is renamed
         atomically (``os.replace``) once verified.
     sha256, md5 : published checksums (hex); every one given is checked.
@@ -97,12 +107,15 @@ def fetch(
     timeout : socket timeout per attempt, in seconds.
     chunk : read size in bytes.
     backoff : seconds before the first retry, doubled on each further retry.
+    allow_http : accept a plain http ``url`` (a trusted local mirror). Redirects
+        must keep the scheme of ``url`` whatever this says.
 
     If ``dest`` already exists and verifies, nothing is downloaded. On a size
     or checksum mismatch the bad file is deleted and :class:`ChecksumError`
     names the URL, the file, and the expected and actual values.
     """
     dest = Path(dest)
+    _check_scheme(url, allow_http=allow_http)
     sha256 = sha256.lower() if sha256 else None
     md5 = md5.lower() if md5 else None
     if sha256 is None and md5 is None and lockfile is None:
@@ -123,8 +136,9 @@ def fetch(
                 )
             size = entry.get("size", size)
 
-    expected = _Expected(sha256=sha256, md5=md5, size=size,
-                         lockfile=lockfile if from_lock else None)
+    expected = _Expected(
+        sha256=sha256, md5=md5, size=size, lockfile=lockfile if from_lock else None
+    )
 
     if dest.exists():
         problem = expected.problem(dest)
@@ -139,17 +153,49 @@ def fetch(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     log.info("downloading %s to %s", url, dest)
-    _download_with_retries(url, part, size=size, retries=retries, timeout=timeout,
-                           chunk=chunk, backoff=backoff)
+    _download_with_retries(
+        url, part, size=size, retries=retries, timeout=timeout, chunk=chunk, backoff=backoff
+    )
     problem = expected.problem(part)
     if problem is not None:
         part.unlink(missing_ok=True)
-        raise ChecksumError(f"download of {url} to {dest} failed verification: {problem}; "
-                            "the bad file was deleted" + expected.lock_hint())
+        raise ChecksumError(
+            f"download of {url} to {dest} failed verification: {problem}; "
+            "the bad file was deleted" + expected.lock_hint()
+        )
     os.replace(part, dest)
     if record_in_lock:
         _record_in_lockfile(lockfile, url, dest)
     return dest
+
+
+def _check_scheme(url: str, *, allow_http: bool) -> None:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in SCHEMES or (scheme == "http" and allow_http):
+        return
+    if scheme == "http":
+        raise ValueError(
+            f"refusing to download {url} over plain http: use https, or allow http for a "
+            "trusted local mirror (allow_http=True; config downloads_allow_http: true)"
+        )
+    raise ValueError(f"refusing to download {url}: scheme {scheme!r} is not https or file")
+
+
+class _SameSchemeRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to the scheme of the request (no https -> http)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urlsplit(req.full_url).scheme.lower(), urlsplit(newurl).scheme.lower()
+        if new != old:
+            fp.close()
+            raise DownloadError(
+                f"refusing the redirect of {req.full_url} to {newurl}: it "
+                f"changes the scheme from {old} to {new}"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SameSchemeRedirects)
 
 
 class _Expected:
@@ -173,8 +219,10 @@ class _Expected:
     def lock_hint(self) -> str:
         if self.lockfile is None:
             return ""
-        return (f". The expected sha256 was recorded in {self.lockfile} on first download; "
-                "if the upstream file legitimately changed, delete its entry there")
+        return (
+            f". The expected sha256 was recorded in {self.lockfile} on first download; "
+            "if the upstream file legitimately changed, delete its entry there"
+        )
 
 
 def _download_with_retries(url, part: Path, *, size, retries, timeout, chunk, backoff) -> None:
@@ -182,8 +230,9 @@ def _download_with_retries(url, part: Path, *, size, retries, timeout, chunk, ba
     for attempt in range(retries + 1):
         if attempt:
             delay = backoff * 2 ** (attempt - 1)
-            log.info("retrying %s in %.1f s (attempt %d of %d)",
-                     url, delay, attempt + 1, retries + 1)
+            log.info(
+                "retrying %s in %.1f s (attempt %d of %d)", url, delay, attempt + 1, retries + 1
+            )
             time.sleep(delay)
         try:
             _download_once(url, part, size=size, timeout=timeout, chunk=chunk)
@@ -191,8 +240,10 @@ def _download_with_retries(url, part: Path, *, size, retries, timeout, chunk, ba
         except _Transient as err:
             failures.append(str(err))
             log.warning("download of %s failed: %s", url, err)
-    raise DownloadError(f"could not download {url} after {retries + 1} attempts; "
-                        f"last error: {failures[-1]} (partial data kept in {part} for resuming)")
+    raise DownloadError(
+        f"could not download {url} after {retries + 1} attempts; "
+        f"last error: {failures[-1]} (partial data kept in {part} for resuming)"
+    )
 
 
 def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
@@ -207,7 +258,7 @@ def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        response = _OPENER.open(request, timeout=timeout)
     except urllib.error.HTTPError as err:
         if err.code == 416 and offset:
             # Our partial file does not fit the server's idea of the file: start over.
@@ -224,8 +275,10 @@ def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
         if status == 206 and offset:
             if _range_start(response) != offset:
                 part.unlink()
-                raise _Transient(f"server answered the range request for byte {offset} with "
-                                 f"{response.headers.get('Content-Range')!r}; restarting")
+                raise _Transient(
+                    f"server answered the range request for byte {offset} with "
+                    f"{response.headers.get('Content-Range')!r}; restarting"
+                )
             mode = "ab"
             log.info("resuming %s at byte %d", url, offset)
         else:
@@ -239,8 +292,9 @@ def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
                     out.write(block)
                     received += len(block)
         except (OSError, http.client.HTTPException) as err:
-            raise _Transient(f"transfer interrupted after {offset + received} bytes: "
-                             f"{type(err).__name__}: {err}") from err
+            raise _Transient(
+                f"transfer interrupted after {offset + received} bytes: {type(err).__name__}: {err}"
+            ) from err
     if expected_body is not None and received != expected_body:
         raise _Transient(f"response truncated: got {received} of {expected_body} bytes")
 
@@ -258,6 +312,7 @@ def _range_start(response) -> int | None:
 # ---------------------------------------------------------------------------
 # Lock file: url -> {"sha256", "size"}, sorted JSON, written atomically.
 
+
 def read_lockfile(lockfile: str | os.PathLike) -> dict[str, dict]:
     """Entries of a checksum lock file ({} if it does not exist yet)."""
     path = Path(lockfile)
@@ -270,8 +325,9 @@ def read_lockfile(lockfile: str | os.PathLike) -> dict[str, dict]:
     if not isinstance(entries, dict) or not all(
         isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in entries.values()
     ):
-        raise ValueError(f"checksum lock file {path} must map each URL to "
-                         '{"sha256": <hex>, "size": <bytes>}')
+        raise ValueError(
+            f'checksum lock file {path} must map each URL to {{"sha256": <hex>, "size": <bytes>}}'
+        )
     return entries
 
 
@@ -286,7 +342,8 @@ def _record_in_lockfile(lockfile, url: str, path: Path) -> None:
                 path.unlink()
                 raise ChecksumError(
                     f"{url}: {path} has sha256 {entry['sha256']} but {lockfile} meanwhile recorded "
-                    f"{recorded['sha256']} from another download; the file was deleted")
+                    f"{recorded['sha256']} from another download; the file was deleted"
+                )
             return
         entries[url] = entry
         text = json.dumps(entries, indent=2, sort_keys=True) + "\n"
@@ -309,5 +366,3 @@ def _exclusive(lockfile: Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-

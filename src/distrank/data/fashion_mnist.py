@@ -36,8 +36,18 @@ __all__ = [
     "read_idx",
 ]
 
-CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+CLASS_NAMES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 
 # split -> (images file, labels file)
 FILES = {
@@ -46,12 +56,9 @@ FILES = {
 }
 SPLIT_SIZES = {"train": 60_000, "test": 10_000}
 
-# Download locations, tried in order. The first is the one the upstream README
-# links; the second serves the same files from the upstream repository.
-MIRRORS = (
-    "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
-)
+# Download locations, tried in order: the upstream repository's copy of the files. The
+# S3 site that the upstream README links serves plain http only, which fetch refuses.
+MIRRORS = ("https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",)
 # md5 of the .gz files, as published in the upstream README ("Get the Data").
 GZ_MD5 = {
     "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
@@ -106,14 +113,17 @@ def find_fashion_mnist(
     download: bool = True,
     mirrors: tuple[str, ...] = MIRRORS,
     md5s: dict[str, str] = GZ_MD5,
+    allow_http: bool = False,
 ) -> Path:
-    """The directory holding the four IDX files, downloading them if needed."""
+    """The directory holding the four IDX files, downloading them if needed
+    (``allow_http``: accept plain http mirrors, see :func:`distrank.data.download.fetch`)."""
     if root is not None:
         root = Path(root)
         missing = _missing_files(root)
         if missing:
-            raise FileNotFoundError(f"Fashion-MNIST root {root} lacks {', '.join(missing)} "
-                                    "(each may be gzipped or not)")
+            raise FileNotFoundError(
+                f"Fashion-MNIST root {root} lacks {', '.join(missing)} (each may be gzipped or not)"
+            )
         return root
     if not _missing_files(DEBIAN_DIR):
         return DEBIAN_DIR
@@ -121,9 +131,10 @@ def find_fashion_mnist(
     if not download:
         raise FileNotFoundError(
             f"Fashion-MNIST not found in {DEBIAN_DIR} (apt install dataset-fashion-mnist) and "
-            f"downloading into {download_dir} is disabled")
+            f"downloading into {download_dir} is disabled"
+        )
     for name in md5s:
-        _fetch_from_mirrors(name, download_dir / name, md5s[name], mirrors)
+        _fetch_from_mirrors(name, download_dir / name, md5s[name], mirrors, allow_http)
     return download_dir
 
 
@@ -132,11 +143,13 @@ def read_idx(path: str | os.PathLike, *, ndim: int | None = None) -> np.ndarray:
     return _parse_idx(_read_bytes(Path(path)), Path(path), ndim=ndim)
 
 
-def _fetch_from_mirrors(name: str, dest: Path, md5: str, mirrors: tuple[str, ...]) -> None:
+def _fetch_from_mirrors(
+    name: str, dest: Path, md5: str, mirrors: tuple[str, ...], allow_http: bool
+) -> None:
     errors = []
     for base in mirrors:
         try:
-            fetch(base.rstrip("/") + "/" + name, dest, md5=md5)
+            fetch(base.rstrip("/") + "/" + name, dest, md5=md5, allow_http=allow_http)
             return
         except DownloadError as err:
             errors.append(str(err))
@@ -145,8 +158,9 @@ def _fetch_from_mirrors(name: str, dest: Path, md5: str, mirrors: tuple[str, ...
 
 def _missing_files(directory: Path) -> list[str]:
     names = [name for pair in FILES.values() for name in pair]
-    return [n for n in names
-            if not (directory / n).is_file() and not (directory / n[:-3]).is_file()]
+    return [
+        n for n in names if not (directory / n).is_file() and not (directory / n[:-3]).is_file()
+    ]
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -169,16 +183,21 @@ def _load_split(directory: Path, split: str, verify: bool) -> tuple[np.ndarray, 
         if verify:
             actual = hashlib.md5(raw).hexdigest()
             if actual != RAW_MD5[name]:
-                raise ValueError(f"{path} is not the Fashion-MNIST release: md5 of its "
-                                 f"decompressed data is {actual}, expected {RAW_MD5[name]}")
+                raise ValueError(
+                    f"{path} is not the Fashion-MNIST release: md5 of its "
+                    f"decompressed data is {actual}, expected {RAW_MD5[name]}"
+                )
         arrays.append(_parse_idx(raw, path, ndim=ndim))
     images, labels = arrays
     if images.dtype != np.uint8 or images.shape[1:] != (28, 28):
-        raise ValueError(f"{path.parent}: expected uint8 images of 28x28 for split {split!r}, "
-                         f"got {images.dtype} {images.shape}")
+        raise ValueError(
+            f"{path.parent}: expected uint8 images of 28x28 for split {split!r}, "
+            f"got {images.dtype} {images.shape}"
+        )
     if len(images) != len(labels):
-        raise ValueError(f"{directory}: split {split!r} has {len(images)} images but "
-                         f"{len(labels)} labels")
+        raise ValueError(
+            f"{directory}: split {split!r} has {len(images)} images but {len(labels)} labels"
+        )
     if verify and len(images) != SPLIT_SIZES[split]:  # unreachable if the md5 matched
         raise ValueError(f"{directory}: expected {SPLIT_SIZES[split]} images in {split!r}")
     if labels.size and labels.max() >= len(CLASS_NAMES):
@@ -201,7 +220,9 @@ def _parse_idx(raw: bytes, path: Path, *, ndim: int | None) -> np.ndarray:
     dtype = np.dtype(_IDX_DTYPES[type_code])
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(raw) - header != expected:
-        raise ValueError(f"{path}: IDX header announces shape {shape} ({expected} bytes of data) "
-                         f"but the file holds {len(raw) - header} bytes after the header")
+        raise ValueError(
+            f"{path}: IDX header announces shape {shape} ({expected} bytes of data) "
+            f"but the file holds {len(raw) - header} bytes after the header"
+        )
     array = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
     return array.astype(dtype.newbyteorder("="), copy=True)

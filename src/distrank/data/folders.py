@@ -47,7 +47,7 @@ import numpy as np
 from distrank._checks import positive_int
 
 from .readers import IMAGE_EXTENSIONS as _READER_EXTENSIONS
-from .readers import _image_files
+from .readers import _image_files, decode_image
 from .sources import ImageSet, load_source
 
 __all__ = [
@@ -60,9 +60,6 @@ __all__ = [
 ]
 
 IMAGE_EXTENSIONS = (*_READER_EXTENSIONS, ".webp")
-# PIL modes decoded to one channel: the extractors repeat it to RGB after resizing, which
-# gives the features of the RGB copy at a third of the preprocessing work.
-_GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F"})
 MANIFEST_SUFFIX = ".csv"
 
 
@@ -245,22 +242,10 @@ def read_manifest(path: str | os.PathLike) -> tuple[ImageFiles, np.ndarray | Non
 # Decoding in batches
 
 
-def _decode(file: Path) -> np.ndarray:
-    """uint8 (H, W, 1) for a grayscale file, else (H, W, 3) RGB (alpha and palettes dropped)."""
-    from PIL import Image
-
-    try:
-        with Image.open(file) as img:
-            gray = img.mode in _GRAY_MODES
-            pixels = np.asarray(img.convert("L" if gray else "RGB"), dtype=np.uint8)
-    except (OSError, SyntaxError, Image.DecompressionBombError) as err:
-        # truncated data, not an image, "broken PNG file", absurd sizes
-        raise ValueError(f"cannot decode image {file}: {err}") from None
-    return pixels[..., np.newaxis] if gray else pixels
-
-
 def _decode_all(files: Sequence[Path]) -> list[np.ndarray]:
-    return [_decode(f) for f in files]
+    """Grayscale files at one channel (the extractors repeat it to RGB after resizing,
+    which gives the features of the RGB copy at a third of the preprocessing work)."""
+    return [decode_image(f, None) for f in files]
 
 
 def _decode_chunks(chunks: list, workers: int) -> Iterator[list[np.ndarray]]:

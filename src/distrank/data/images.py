@@ -64,8 +64,9 @@ def load_images(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]
         check_images(images, where=f"{path} key 'images'")
         labels = None
         if "labels" in data.files:
-            labels = _check_labels(_read_key(data, "labels", path), len(images),
-                                   where=f"{path} key 'labels'")
+            labels = _check_labels(
+                _read_key(data, "labels", path), len(images), where=f"{path} key 'labels'"
+            )
     return images, labels
 
 
@@ -83,8 +84,9 @@ def check_images(images: np.ndarray, *, where: str = "images") -> None:
     if images.dtype != np.uint8:
         raise ValueError(f"{where}: expected dtype uint8, got {images.dtype}")
     if images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise ValueError(f"{where}: expected shape (N, H, W, C) with C in {{1, 3}}, "
-                         f"got {images.shape}")
+        raise ValueError(
+            f"{where}: expected shape (N, H, W, C) with C in {{1, 3}}, got {images.shape}"
+        )
 
 
 def _check_labels(labels: np.ndarray, n: int, *, where: str) -> np.ndarray:

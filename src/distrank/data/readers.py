@@ -29,19 +29,27 @@ __all__ = [
     "RestrictedUnpickler",
     "UnsafePickleError",
     "cifar10_label_names",
+    "decode_image",
     "read_adm_npz",
     "read_cifar10_python",
     "read_image_folder",
 ]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# PIL modes of grayscale images kept at one channel by decode_image(file, None).
+GRAY_MODES = frozenset({"1", "L", "LA"})
+# PIL modes with more than 8 bits a sample (16/32-bit integer, float): convert() to "L"
+# or "RGB" clips every value above 255 instead of scaling, so they are refused.
+WIDE_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 
 
 # ---------------------------------------------------------------------------
 # ADM / guided-diffusion npz batches
 
-def read_adm_npz(path: str | os.PathLike, *, max_images: int | None = None
-                 ) -> tuple[np.ndarray, np.ndarray | None]:
+
+def read_adm_npz(
+    path: str | os.PathLike, *, max_images: int | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Images (``arr_0``, uint8 NHWC) and labels (``arr_1`` as int64, or None).
 
     The arrays are streamed out of the archive, so ``max_images`` reads only
@@ -55,29 +63,37 @@ def read_adm_npz(path: str | os.PathLike, *, max_images: int | None = None
     with archive:
         names = archive.namelist()
         if "arr_0.npy" not in names:
-            raise KeyError(f"{path}: no 'arr_0' array (ADM batch format); keys: "
-                           f"{', '.join(n.removesuffix('.npy') for n in names) or 'none'}")
+            raise KeyError(
+                f"{path}: no 'arr_0' array (ADM batch format); keys: "
+                f"{', '.join(n.removesuffix('.npy') for n in names) or 'none'}"
+            )
         images = _read_npy_rows(archive, "arr_0.npy", max_images, path)
         check_images(images, where=f"{path} key 'arr_0'")
         labels = None
         if "arr_1.npy" in names:
             labels = _read_npy_rows(archive, "arr_1.npy", len(images), path)
             if labels.dtype.kind not in "iu" or labels.ndim != 1:
-                raise ValueError(f"{path} key 'arr_1': expected integer labels (N,), "
-                                 f"got {labels.dtype} {labels.shape}")
+                raise ValueError(
+                    f"{path} key 'arr_1': expected integer labels (N,), "
+                    f"got {labels.dtype} {labels.shape}"
+                )
             labels = labels.astype(np.int64)
     return images, labels
 
 
-def _read_npy_rows(archive: zipfile.ZipFile, name: str, max_rows: int | None, path: Path
-                   ) -> np.ndarray:
+def _read_npy_rows(
+    archive: zipfile.ZipFile, name: str, max_rows: int | None, path: Path
+) -> np.ndarray:
     """The first ``max_rows`` rows of an .npy member, without pickle."""
     where = f"{path} key {name.removesuffix('.npy')!r}"
     with archive.open(name) as handle:
         try:
             version = np.lib.format.read_magic(handle)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
             shape, fortran_order, dtype = read_header(handle)
         except ValueError as err:
             raise ValueError(f"{where}: bad .npy header: {err}") from err
@@ -92,7 +108,7 @@ def _read_npy_rows(archive: zipfile.ZipFile, name: str, max_rows: int | None, pa
         view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
         filled = 0
         while filled < len(view):
-            n = handle.readinto(view[filled:filled + (64 << 20)])
+            n = handle.readinto(view[filled : filled + (64 << 20)])
             if not n:
                 raise ValueError(f"{where}: truncated data ({filled} of {len(view)} bytes)")
             filled += n
@@ -101,6 +117,7 @@ def _read_npy_rows(archive: zipfile.ZipFile, name: str, max_rows: int | None, pa
 
 # ---------------------------------------------------------------------------
 # Image folders
+
 
 def read_image_folder(
     path: str | os.PathLike,
@@ -122,8 +139,6 @@ def read_image_folder(
     job, so a mismatch is an error naming the file. Hidden files and macOS
     ``__MACOSX`` folders are skipped.
     """
-    from PIL import Image  # the image stack is only needed for image folders
-
     if mode not in ("RGB", "L"):
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
     root = Path(path)
@@ -143,21 +158,42 @@ def read_image_folder(
 
     images = None
     for i, file in enumerate(files):
-        try:
-            with Image.open(file) as img:
-                pixels = np.asarray(img.convert(mode), dtype=np.uint8)
-        except OSError as err:
-            raise ValueError(f"cannot decode image {file}: {err}") from err
-        if pixels.ndim == 2:
-            pixels = pixels[..., np.newaxis]
+        pixels = decode_image(file, mode)
         if images is None:
             images = np.empty((len(files), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:
-            raise ValueError(f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
-                             f"{images.shape[2]}x{images.shape[1]}; all images of a set must "
-                             "share one size")
+            raise ValueError(
+                f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
+                f"{images.shape[2]}x{images.shape[1]}; all images of a set must "
+                "share one size"
+            )
         images[i] = pixels
     return images, labels
+
+
+def decode_image(file: Path, mode: str | None) -> np.ndarray:
+    """uint8 (H, W, C) pixels of an 8-bit image file in PIL ``mode`` "L" (C = 1) or "RGB"
+    (C = 3; alpha and palettes dropped); ``mode`` None keeps a grayscale file
+    (:data:`GRAY_MODES`) at one channel and turns the rest into RGB.
+
+    A file PIL cannot decode (truncated, not an image, absurdly large) and an image of
+    more than 8 bits a channel (:data:`WIDE_MODES`) are ValueErrors naming the file.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(file) as img:
+            if img.mode in WIDE_MODES:
+                raise ValueError(
+                    f"{file}: a {img.mode} image (more than 8 bits a channel), which would be "
+                    "clipped at 255; save it with 8 bits a channel"
+                )
+            target = mode or ("L" if img.mode in GRAY_MODES else "RGB")
+            pixels = np.asarray(img.convert(target), dtype=np.uint8)
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:
+        # truncated data, not an image, "broken PNG file", absurd sizes
+        raise ValueError(f"cannot decode image {file}: {err}") from None
+    return pixels[..., np.newaxis] if pixels.ndim == 2 else pixels
 
 
 def _image_files(root: Path, extensions: tuple[str, ...]) -> list[Path]:
@@ -211,9 +247,11 @@ class RestrictedUnpickler(pickle.Unpickler):
         **_numpy_globals(),
         # Python 3 writes bytes as _codecs.encode(str, "latin1") under protocol <= 2.
         ("_codecs", "encode"): codecs.encode,
-        **{(module, name): getattr(builtins, name)
-           for module in ("builtins", "__builtin__")  # Python 3 and Python 2 pickles
-           for name in ("set", "frozenset", "bytearray", "complex")},
+        **{
+            (module, name): getattr(builtins, name)
+            for module in ("builtins", "__builtin__")  # Python 3 and Python 2 pickles
+            for name in ("set", "frozenset", "bytearray", "complex")
+        },
     }
 
     def __init__(self, file, *, source: str = "pickle", encoding: str = "bytes"):
@@ -226,11 +264,13 @@ class RestrictedUnpickler(pickle.Unpickler):
         except KeyError:
             raise UnsafePickleError(
                 f"{self.source}: refusing to load global {module}.{name}; only numpy arrays and "
-                "plain data are allowed in this file") from None
+                "plain data are allowed in this file"
+            ) from None
 
 
-def read_cifar10_python(tar_path: str | os.PathLike, split: str = "train"
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def read_cifar10_python(
+    tar_path: str | os.PathLike, split: str = "train"
+) -> tuple[np.ndarray, np.ndarray]:
     """Images uint8 (N, 32, 32, 3) and labels int64 from ``cifar-10-python.tar.gz``.
 
     split : "train" (data_batch_1..5, 50,000 images) or "test" (test_batch, 10,000).
@@ -246,11 +286,14 @@ def read_cifar10_python(tar_path: str | os.PathLike, split: str = "train"
             data = np.asarray(data)
             batch_labels = np.asarray(batch_labels, dtype=np.int64)
             if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-                raise ValueError(f"{tar_path}:{name}: 'data' must be uint8 (N, 3072), "
-                                 f"got {data.dtype} {data.shape}")
+                raise ValueError(
+                    f"{tar_path}:{name}: 'data' must be uint8 (N, 3072), "
+                    f"got {data.dtype} {data.shape}"
+                )
             if batch_labels.shape != (len(data),):
-                raise ValueError(f"{tar_path}:{name}: {len(data)} images but "
-                                 f"{batch_labels.shape} labels")
+                raise ValueError(
+                    f"{tar_path}:{name}: {len(data)} images but {batch_labels.shape} labels"
+                )
             # Rows hold the red, green, then blue 32x32 planes.
             images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(batch_labels)
@@ -261,20 +304,25 @@ def cifar10_label_names(tar_path: str | os.PathLike) -> list[str]:
     """Class names from the tarball's ``batches.meta`` (index = label)."""
     with tarfile.open(tar_path, "r:*") as archive:
         meta = _load_cifar_member(archive, "batches.meta", tar_path)
-    return [n.decode() if isinstance(n, bytes) else str(n) for n in _get(meta, "label_names",
-                                                                         "batches.meta")]
+    return [
+        n.decode() if isinstance(n, bytes) else str(n)
+        for n in _get(meta, "label_names", "batches.meta")
+    ]
 
 
 def _load_cifar_member(archive: tarfile.TarFile, name: str, tar_path) -> dict:
     members = [m for m in archive.getmembers() if m.isfile() and Path(m.name).name == name]
     if len(members) != 1:
-        raise KeyError(f"{tar_path}: expected one member named {name!r} "
-                       f"(e.g. cifar-10-batches-py/{name}), found {len(members)}")
+        raise KeyError(
+            f"{tar_path}: expected one member named {name!r} "
+            f"(e.g. cifar-10-batches-py/{name}), found {len(members)}"
+        )
     handle = archive.extractfile(members[0])
     batch = RestrictedUnpickler(handle, source=f"{tar_path}:{members[0].name}").load()
     if not isinstance(batch, dict):
-        raise ValueError(f"{tar_path}:{members[0].name}: expected a pickled dict, "
-                         f"got {type(batch).__name__}")
+        raise ValueError(
+            f"{tar_path}:{members[0].name}: expected a pickled dict, got {type(batch).__name__}"
+        )
     return batch
 
 

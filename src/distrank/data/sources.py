@@ -65,6 +65,7 @@ from .readers import (
     IMAGE_EXTENSIONS,
     _image_files,
     cifar10_label_names,
+    decode_image,
     read_adm_npz,
     read_cifar10_python,
 )
@@ -106,8 +107,9 @@ class ImageSet:
         return len(self.images)
 
 
-def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | None = None,
-                workers: int = 1) -> ImageSet:
+def load_source(
+    source: Mapping, *, paths: Mapping[str, str | os.PathLike] | None = None, workers: int = 1
+) -> ImageSet:
     """Decode the image set that a config ``source`` entry names (see the module doc).
 
     paths : artifact name -> local path (the downloaded file, or the directory an
@@ -116,12 +118,15 @@ def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | Non
     """
     kind = source.get("kind")
     if kind not in KINDS:
-        raise ValueError(f"source {dict(source)}: 'kind' must be one of {sorted(KINDS)}, "
-                         f"got {kind!r}")
+        raise ValueError(
+            f"source {dict(source)}: 'kind' must be one of {sorted(KINDS)}, got {kind!r}"
+        )
     unknown = set(source) - KINDS[kind] - {"kind"}
     if unknown:
-        raise ValueError(f"source of kind {kind!r}: unknown key(s) {sorted(unknown)}; "
-                         f"allowed: {sorted(KINDS[kind])}")
+        raise ValueError(
+            f"source of kind {kind!r}: unknown key(s) {sorted(unknown)}; "
+            f"allowed: {sorted(KINDS[kind])}"
+        )
     limits = _Limits.of(source)
     if kind == "fashion_mnist":
         images, labels = load_fashion_mnist(_required(source, "split"), root=source.get("root"))
@@ -140,6 +145,7 @@ def load_source(source: Mapping, *, paths: Mapping[str, str | os.PathLike] | Non
 # ---------------------------------------------------------------------------
 # Limits: max_per_class, max_images, resolution
 
+
 @dataclass(frozen=True)
 class _Limits:
     max_images: int | None
@@ -152,8 +158,11 @@ class _Limits:
             value = source.get(key)
             if value is not None and (not _is_int(value) or value < 1):
                 raise ValueError(f"source key {key!r} must be a positive integer, got {value!r}")
-        return cls(source.get("max_images"), source.get("max_per_class"),
-                   _resolution(source.get("resolution")))
+        return cls(
+            source.get("max_images"),
+            source.get("max_per_class"),
+            _resolution(source.get("resolution")),
+        )
 
     def rows(self, labels: np.ndarray | None, n: int, where: str) -> np.ndarray:
         """Indices of the rows to keep, in source order."""
@@ -167,7 +176,7 @@ class _Limits:
                 rank[members] = np.arange(len(members))
             rows = rows[rank < self.max_per_class]
         if self.max_images is not None:
-            rows = rows[:self.max_images]
+            rows = rows[: self.max_images]
         return rows
 
     def apply(self, image_set: ImageSet) -> ImageSet:
@@ -214,10 +223,15 @@ def _resolution(value) -> tuple[int, int] | None:
         return None
     if _is_int(value):
         value = (value, value)
-    if (not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2
-            or not all(_is_int(v) and v >= 1 for v in value)):
-        raise ValueError("source key 'resolution' must be a positive integer or "
-                         f"[height, width], got {value!r}")
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or len(value) != 2
+        or not all(_is_int(v) and v >= 1 for v in value)
+    ):
+        raise ValueError(
+            f"source key 'resolution' must be a positive integer or [height, width], got {value!r}"
+        )
     return int(value[0]), int(value[1])
 
 
@@ -228,20 +242,25 @@ def _is_int(value) -> bool:
 # ---------------------------------------------------------------------------
 # Locations
 
+
 def _location(source: Mapping, paths: Mapping | None) -> Path:
     given = _LOCATION & set(source)
     if len(given) != 1:
-        raise ValueError(f"source of kind {source['kind']!r} needs exactly one of 'artifact' "
-                         f"(a name from the config's downloads) or 'path', got {sorted(given)}")
+        raise ValueError(
+            f"source of kind {source['kind']!r} needs exactly one of 'artifact' "
+            f"(a name from the config's downloads) or 'path', got {sorted(given)}"
+        )
     if "path" in source:
         path = Path(source["path"])
     else:
         name = source["artifact"]
         if not paths or name not in paths:
             known = ", ".join(sorted(paths or {})) or "none"
-            raise KeyError(f"source artifact {name!r} has no local path: the caller must pass "
-                           f"paths={{{name!r}: <downloaded file or extracted folder>}} "
-                           f"(artifacts passed: {known})")
+            raise KeyError(
+                f"source artifact {name!r} has no local path: the caller must pass "
+                f"paths={{{name!r}: <downloaded file or extracted folder>}} "
+                f"(artifacts passed: {known})"
+            )
         path = Path(paths[name])
     if not path.exists():
         raise FileNotFoundError(f"source of kind {source['kind']!r}: {path} does not exist")
@@ -257,10 +276,13 @@ def _required(source: Mapping, key: str):
 # ---------------------------------------------------------------------------
 # npz: ADM batches and the project's image sets
 
+
 def _load_npz(path: Path, limits: _Limits) -> ImageSet:
     if path.is_dir():
-        raise IsADirectoryError(f"npz source {path} is a directory; 'npz' needs an .npz file "
-                                "(use kind 'folder' for image files)")
+        raise IsADirectoryError(
+            f"npz source {path} is a directory; 'npz' needs an .npz file "
+            "(use kind 'folder' for image files)"
+        )
     try:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
@@ -275,8 +297,10 @@ def _load_npz(path: Path, limits: _Limits) -> ImageSet:
         images, labels = load_images(path)
         labels, label_names = _encode_labels(labels)
         return ImageSet(images, labels, label_names)
-    raise KeyError(f"{path}: neither 'arr_0' (ADM batch) nor 'images' (distrank image set) "
-                   f"found; keys: {', '.join(sorted(n.removesuffix('.npy') for n in names))}")
+    raise KeyError(
+        f"{path}: neither 'arr_0' (ADM batch) nor 'images' (distrank image set) "
+        f"found; keys: {', '.join(sorted(n.removesuffix('.npy') for n in names))}"
+    )
 
 
 def _encode_labels(labels: np.ndarray | None) -> tuple[np.ndarray | None, tuple[str, ...] | None]:
@@ -290,22 +314,27 @@ def _encode_labels(labels: np.ndarray | None) -> tuple[np.ndarray | None, tuple[
 # ---------------------------------------------------------------------------
 # Image folders
 
+
 def _load_folder(location: Path, source: Mapping, limits: _Limits, workers: int) -> ImageSet:
     root = location / source["subdir"] if source.get("subdir") else location
     if not root.is_dir():
         raise NotADirectoryError(f"folder source: {root} does not exist or is not a directory")
     files = _image_files(root, IMAGE_EXTENSIONS)
     if not files:
-        raise FileNotFoundError(f"folder source: no {'/'.join(IMAGE_EXTENSIONS)} images below "
-                                f"{root}")
+        raise FileNotFoundError(
+            f"folder source: no {'/'.join(IMAGE_EXTENSIONS)} images below {root}"
+        )
     labels = label_names = None
     if source.get("labels_from_subfolders", False):
         flat = [f for f in files if len(f.relative_to(root).parts) < 2]
         if flat:
-            raise ValueError(f"{flat[0]} is not inside a subfolder of {root}, so it has no label "
-                             "(labels_from_subfolders is true)")
-        labels, label_names = _encode_labels(np.array([f.relative_to(root).parts[0]
-                                                       for f in files]))
+            raise ValueError(
+                f"{flat[0]} is not inside a subfolder of {root}, so it has no label "
+                "(labels_from_subfolders is true)"
+            )
+        labels, label_names = _encode_labels(
+            np.array([f.relative_to(root).parts[0] for f in files])
+        )
     rows = limits.rows(labels, len(files), f"folder source {root}")
     files = [files[i] for i in rows]
     if labels is not None:
@@ -325,13 +354,7 @@ def _decode(files: list[Path], resolution: tuple[int, int] | None, workers: int 
 
 
 def _decode_one(file: Path, resolution: tuple[int, int] | None) -> np.ndarray:
-    from PIL import Image
-
-    try:
-        with Image.open(file) as img:
-            pixels = np.asarray(img.convert("RGB"), dtype=np.uint8)
-    except OSError as err:
-        raise ValueError(f"cannot decode image {file}: {err}") from err
+    pixels = decode_image(file, "RGB")
     return pixels if resolution is None else _resize(pixels, resolution)
 
 
@@ -345,7 +368,8 @@ def _stack(files: list[Path], decoded) -> np.ndarray:
             raise ValueError(
                 f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
                 f"{images.shape[2]}x{images.shape[1]}; all images of a source must share one "
-                "size, or give the source a 'resolution' to resize them to")
+                "size, or give the source a 'resolution' to resize them to"
+            )
         images[i] = pixels
     check_images(images, where=f"images below {files[0].parent}")
     return images

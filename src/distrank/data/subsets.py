@@ -30,11 +30,12 @@ def draw_subset(labels, n_images: int, spec, *, seed: int, where: str) -> np.nda
     """
     if "per_class" in spec:
         if labels is None:
-            raise ValueError(f"{where}.per_class needs class labels, but {where}.source has "
-                             "none; draw n images instead")
+            raise ValueError(
+                f"{where}.per_class needs class labels, but {where}.source has "
+                "none; draw n images instead"
+            )
         return per_class_subset(labels, spec["per_class"], seed=seed)
     if spec["n"] > n_images:
-        raise ValueError(f"{where}.n is {spec['n']}, but {where}.source has only "
-                         f"{n_images} images")
+        raise ValueError(f"{where}.n is {spec['n']}, but {where}.source has only {n_images} images")
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n_images, spec["n"], replace=False))

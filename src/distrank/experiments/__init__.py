@@ -101,9 +101,11 @@ class Experiment:
     def run(self, inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
         out = self.module.run(inputs, settings, context)
         if set(out.tables) != set(self.tables) or set(out.figures) != set(self.figures):
-            raise RuntimeError(f"{self.key}: run returned tables {sorted(out.tables)} and "
-                               f"figures {sorted(out.figures)}, but declares {self.tables} "
-                               f"and {self.figures}")
+            raise RuntimeError(
+                f"{self.key}: run returned tables {sorted(out.tables)} and "
+                f"figures {sorted(out.figures)}, but declares {self.tables} "
+                f"and {self.figures}"
+            )
         return out
 
     def paths(self, results: str, figures: str) -> dict[str, str | list[str]]:
@@ -111,8 +113,9 @@ class Experiment:
         ``pdf<suffix>`` and ``png<suffix>``."""
         paths: dict[str, str | list[str]] = {}
         for suffix in self.tables:
-            paths[f"table{suffix}"] = [f"{results}/{self.stem}{suffix}.{ext}"
-                                       for ext in ("csv", "md", "tex")]
+            paths[f"table{suffix}"] = [
+                f"{results}/{self.stem}{suffix}.{ext}" for ext in ("csv", "md", "tex")
+            ]
         for suffix in self.figures:
             for ext in ("pdf", "png"):
                 paths[f"{ext}{suffix}"] = f"{figures}/{self.stem}{suffix}.{ext}"
@@ -157,8 +160,9 @@ EXPERIMENTS = _discover()
 
 def get(key: str) -> Experiment:
     if key not in EXPERIMENTS:
-        raise ValueError(f"config: experiments.{key} is not an experiment; known: "
-                         f"{list(EXPERIMENTS)}")
+        raise ValueError(
+            f"config: experiments.{key} is not an experiment; known: {list(EXPERIMENTS)}"
+        )
     return EXPERIMENTS[key]
 
 
@@ -171,7 +175,9 @@ def check_scores(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:
         raise ValueError(f"scores lacks columns {missing}; expected {list(SCORE_COLUMNS)}")
     absent = sorted(set(metrics) - set(scores["metric"]))
     if absent:
-        raise ValueError(f"scores has no rows for metric(s) {absent}; it has {sorted(set(scores['metric']))}")
+        raise ValueError(
+            f"scores has no rows for metric(s) {absent}; it has {sorted(set(scores['metric']))}"
+        )
 
 
 def aggregates_wide(scores: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -206,7 +212,9 @@ def rank_models(values: pd.Series | np.ndarray, *, higher_is_better: bool) -> np
     return series.rank(ascending=not higher_is_better, method="min").astype(int).to_numpy()
 
 
-def discordant_pairs(all_values: Sequence[float], avg_values: Sequence[float]) -> list[tuple[int, int]]:
+def discordant_pairs(
+    all_values: Sequence[float], avg_values: Sequence[float]
+) -> list[tuple[int, int]]:
     """Index pairs ``(i, j)``, ``i < j``, that ``all`` and ``avg`` order oppositely.
 
     A pair tied in one aggregation but not the other is not counted (Kendall's
@@ -214,7 +222,11 @@ def discordant_pairs(all_values: Sequence[float], avg_values: Sequence[float]) -
     """
     a = np.asarray(all_values, dtype=float)
     b = np.asarray(avg_values, dtype=float)
-    return [(i, j) for i, j in combinations(range(len(a)), 2) if np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) < 0]
+    return [
+        (i, j)
+        for i, j in combinations(range(len(a)), 2)
+        if np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) < 0
+    ]
 
 
 def rank_agreement(wide: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -244,11 +256,14 @@ def rank_agreement(wide: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
                 "rank_flips": len(discordant_pairs(all_v, avg_v)),
             }
         )
-    return pd.DataFrame(rows, columns=["metric", "kendall_tau", "p_value", "n_models", "rank_flips"])
+    return pd.DataFrame(
+        rows, columns=["metric", "kendall_tau", "p_value", "n_models", "rank_flips"]
+    )
 
 
-def per_model(scores: pd.DataFrame, metrics: Sequence[str], *,
-              difference: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def per_model(
+    scores: pd.DataFrame, metrics: Sequence[str], *, difference: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per model and the per-metric rank agreement (:func:`rank_agreement`).
 
     Columns: ``model``; per metric ``<M>_all``, ``<M>_avg`` and ``<M>_gap``
@@ -267,5 +282,6 @@ def per_model(scores: pd.DataFrame, metrics: Sequence[str], *,
     for metric, name in zip(metrics, names):
         for agg in ("all", "avg"):
             table[f"{name}_{agg}_rank"] = rank_models(
-                wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric])
+                wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric]
+            )
     return table, rank_agreement(wide, metrics)

@@ -34,19 +34,42 @@ from distrank.metrics.bootstrap import bootstrap_scores, pairwise_intervals, pai
 from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
 from distrank.report.figures import metric_name, new_figure, paper_style
 
-__all__ = ["TABLES", "check", "run", "bootstrap_tables", "write_bootstrap_tables",
-           "e10_table", "e10_figure"]
+__all__ = [
+    "TABLES",
+    "check",
+    "run",
+    "bootstrap_tables",
+    "write_bootstrap_tables",
+    "e10_table",
+    "e10_figure",
+]
 
 TABLES = ("", "_tau")
-COLUMNS = ["metric", "rank", "better", "worse", "score_better", "score_worse", "margin",
-           "low", "high", "separated", "n_resamples", "confidence_level"]
+COLUMNS = [
+    "metric",
+    "rank",
+    "better",
+    "worse",
+    "score_better",
+    "score_worse",
+    "margin",
+    "low",
+    "high",
+    "separated",
+    "n_resamples",
+    "confidence_level",
+]
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    if "kd" in settings["metrics"] and \
-            config["metrics"]["kd_estimator"] not in ("unbiased", "biased"):
-        raise ValueError("config: experiments.E10 bootstraps KD on the full samples; "
-                         "metrics.kd_estimator must be 'unbiased' or 'biased'")
+    if "kd" in settings["metrics"] and config["metrics"]["kd_estimator"] not in (
+        "unbiased",
+        "biased",
+    ):
+        raise ValueError(
+            "config: experiments.E10 bootstraps KD on the full samples; "
+            "metrics.kd_estimator must be 'unbiased' or 'biased'"
+        )
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
@@ -56,11 +79,23 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     return Outputs({"": table, "_tau": tau}, {"": e10_figure(table, tau, context["extractor"])})
 
 
-def bootstrap_tables(reference, clients, models: Mapping[str, np.ndarray], *,
-                     metrics: Sequence[str], n_resamples: Mapping[str, int],
-                     confidence_level: float, seed: int, kernel: str, kd_estimator: str,
-                     weights: str, pr_k: int, dc_k: int, dtype: str,
-                     device=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def bootstrap_tables(
+    reference,
+    clients,
+    models: Mapping[str, np.ndarray],
+    *,
+    metrics: Sequence[str],
+    n_resamples: Mapping[str, int],
+    confidence_level: float,
+    seed: int,
+    kernel: str,
+    kd_estimator: str,
+    weights: str,
+    pr_k: int,
+    dc_k: int,
+    dtype: str,
+    device=None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Intervals of every model pair's difference (``all`` and ``avg``) and of tau.
 
     KD, FD and the PRDC metrics are bootstrapped separately with
@@ -68,26 +103,48 @@ def bootstrap_tables(reference, clients, models: Mapping[str, np.ndarray], *,
     ``numpy.random.default_rng(seed)``); the tables are those of
     :func:`distrank.metrics.bootstrap.pairwise_intervals`, concatenated.
     """
-    groups = [[m] for m in metrics if m in ("kd", "fd")] + \
-        [[m for m in metrics if m in PRDC]]
+    groups = [[m] for m in metrics if m in ("kd", "fd")] + [[m for m in metrics if m in PRDC]]
     pairs, taus = [], []
     for group in (g for g in groups if g):
         key = "prdc" if group[0] in PRDC else group[0]
-        result = bootstrap_scores(reference, clients, models, summary=pairwise_summary,
-                                  metrics=group, n_resamples=n_resamples[key],
-                                  confidence_level=confidence_level, seed=seed, kernel=kernel,
-                                  kd_estimator=kd_estimator, weights=weights, pr_k=pr_k,
-                                  dc_k=dc_k, dtype=dtype, device=device)
+        result = bootstrap_scores(
+            reference,
+            clients,
+            models,
+            summary=pairwise_summary,
+            metrics=group,
+            n_resamples=n_resamples[key],
+            confidence_level=confidence_level,
+            seed=seed,
+            kernel=kernel,
+            kd_estimator=kd_estimator,
+            weights=weights,
+            pr_k=pr_k,
+            dc_k=dc_k,
+            dtype=dtype,
+            device=device,
+        )
         p, t = pairwise_intervals(result)
         pairs.append(p)
         taus.append(t)
     return pd.concat(pairs, ignore_index=True), pd.concat(taus, ignore_index=True)
 
 
-def write_bootstrap_tables(reference_path, manifest_path, model_paths: Mapping, pairs_path,
-                           tau_path, *, metrics: Sequence[str], n_resamples: Mapping[str, int],
-                           confidence_level: float, seed: int, metrics_config: Mapping,
-                           device=None, threads: int = 1) -> None:
+def write_bootstrap_tables(
+    reference_path,
+    manifest_path,
+    model_paths: Mapping,
+    pairs_path,
+    tau_path,
+    *,
+    metrics: Sequence[str],
+    n_resamples: Mapping[str, int],
+    confidence_level: float,
+    seed: int,
+    metrics_config: Mapping,
+    device=None,
+    threads: int = 1,
+) -> None:
     """The centralized pre-step: :func:`bootstrap_tables` of the files, to two CSVs.
 
     ``metrics_config`` is the config's ``metrics`` section (kernel, kd_estimator,
@@ -100,13 +157,21 @@ def write_bootstrap_tables(reference_path, manifest_path, model_paths: Mapping, 
     owner = load_manifest(manifest_path)
     pooled = owner != UNASSIGNED
     models = {name: load_features(path) for name, path in model_paths.items()}
-    options = {k: metrics_config[k] for k in ("kernel", "kd_estimator", "weights", "pr_k",
-                                              "dc_k", "dtype")}
+    options = {
+        k: metrics_config[k] for k in ("kernel", "kd_estimator", "weights", "pr_k", "dc_k", "dtype")
+    }
     with torch_session(seed, threads):
         pairs, tau = bootstrap_tables(
-            load_features(reference_path)[pooled], owner[pooled], models, metrics=metrics,
-            n_resamples=n_resamples, confidence_level=confidence_level, seed=seed,
-            device=device, **options)
+            load_features(reference_path)[pooled],
+            owner[pooled],
+            models,
+            metrics=metrics,
+            n_resamples=n_resamples,
+            confidence_level=confidence_level,
+            seed=seed,
+            device=device,
+            **options,
+        )
     for table, path in ((pairs, pairs_path), (tau, tau_path)):
         with atomic_open(path, "w") as f:
             table.to_csv(f, index=False)
@@ -133,9 +198,22 @@ def e10_table(pairs: pd.DataFrame) -> pd.DataFrame:
             if row is None:
                 row, sign = by_pair[(worse, better)], -direction
             low, high = sorted((sign * row.low, sign * row.high))
-            rows.append((display(metric), rank, better, worse, score[better], score[worse],
-                         sign * row.difference + 0.0, low + 0.0, high + 0.0, bool(low > 0),
-                         int(row.n_resamples), float(row.confidence_level)))
+            rows.append(
+                (
+                    display(metric),
+                    rank,
+                    better,
+                    worse,
+                    score[better],
+                    score[worse],
+                    sign * row.difference + 0.0,
+                    low + 0.0,
+                    high + 0.0,
+                    bool(low > 0),
+                    int(row.n_resamples),
+                    float(row.confidence_level),
+                )
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -145,14 +223,14 @@ def _symlog_axis(ax, rows: pd.DataFrame) -> None:
     point sits on the frame; ticks every decade, or every other beyond five in all."""
     values = rows[["margin", "low", "high"]].to_numpy(float)
     nonzero = np.abs(values[values != 0])
-    linthresh = float(10 ** np.floor(np.log10(np.percentile(nonzero, 10)))) \
-        if len(nonzero) else 1.0
+    linthresh = float(10 ** np.floor(np.log10(np.percentile(nonzero, 10)))) if len(nonzero) else 1.0
     ax.set_xscale("symlog", linthresh=linthresh)
     lo, hi = min(float(values.min()), 0.0), max(float(values.max()), linthresh)
     ax.set_xlim(-linthresh if lo >= 0 else 1.6 * lo, 1.6 * hi)
     decades = sum(np.log10(max(v, linthresh) / linthresh) for v in (hi, -lo))
-    ax.xaxis.set_major_locator(SymmetricalLogLocator(base=100 if decades > 5 else 10,
-                                                     linthresh=linthresh))
+    ax.xaxis.set_major_locator(
+        SymmetricalLogLocator(base=100 if decades > 5 else 10, linthresh=linthresh)
+    )
 
 
 def e10_figure(table: pd.DataFrame, tau: pd.DataFrame, extractor: str) -> Figure:
@@ -167,35 +245,50 @@ def e10_figure(table: pd.DataFrame, tau: pd.DataFrame, extractor: str) -> Figure
     nrows = -(-len(metrics) // ncols)
     n_pairs = int(table.groupby("metric").size().max())
     with paper_style():
-        fig, axes = new_figure(nrows, ncols, width="double",
-                               height=nrows * (0.45 + 0.17 * n_pairs))
+        fig, axes = new_figure(nrows, ncols, width="double", height=nrows * (0.45 + 0.17 * n_pairs))
         taus = tau.set_index("metric")
         for letter, ax, metric in zip("abcdefghij", axes.flat, metrics):
             rows = table[table.metric == metric].sort_values("rank")
             y = -rows["rank"].to_numpy()
             sep = rows.separated.to_numpy(bool)
             ax.hlines(y, rows.low, rows.high, color="0.35", lw=0.9, zorder=2)
-            ax.scatter(rows.margin[sep], y[sep], s=14, color="tab:blue", zorder=3,
-                       label="separated")
-            ax.scatter(rows.margin[~sep], y[~sep], s=14, facecolor="white",
-                       edgecolor="tab:red", zorder=3, label="not separated")
+            ax.scatter(
+                rows.margin[sep], y[sep], s=14, color="tab:blue", zorder=3, label="separated"
+            )
+            ax.scatter(
+                rows.margin[~sep],
+                y[~sep],
+                s=14,
+                facecolor="white",
+                edgecolor="tab:red",
+                zorder=3,
+                label="not separated",
+            )
             ax.axvline(0.0, color="0.5", lw=0.7, ls="--", zorder=1)
             _symlog_axis(ax, rows)
-            ax.set_yticks(y, [f"{b} > {w}" for b, w in zip(rows.better, rows.worse)],
-                          fontsize=6.5)
+            ax.set_yticks(y, [f"{b} > {w}" for b, w in zip(rows.better, rows.worse)], fontsize=6.5)
             ax.set_ylim(y.min() - 0.7, y.max() + 0.7)
             key = keys.get(metric, metric)
             name = metric_name(key, extractor)
             ax.set_xlabel(f"margin of the better model in {name}$_\\mathrm{{avg}}$")
             t = taus.loc[metric]
             first = rows.iloc[0]
-            ax.set_title(f"({letter}) {name}: {sep.sum()}/{len(sep)} separated, "
-                         f"$\\tau$ = {t.kendall_tau:.2f} [{t.low:.2f}, {t.high:.2f}], "
-                         f"B = {int(first.n_resamples)}", loc="left", fontsize=7.5)
-        for ax in axes.flat[len(metrics):]:
+            ax.set_title(
+                f"({letter}) {name}: {sep.sum()}/{len(sep)} separated, "
+                f"$\\tau$ = {t.kendall_tau:.2f} [{t.low:.2f}, {t.high:.2f}], "
+                f"B = {int(first.n_resamples)}",
+                loc="left",
+                fontsize=7.5,
+            )
+        for ax in axes.flat[len(metrics) :]:
             ax.set_visible(False)
         handles, labels = axes.flat[0].get_legend_handles_labels()
         level = int(round(100 * table.confidence_level.iloc[0]))
-        fig.legend(handles, labels, loc="outside lower center", ncols=2,
-                   title=f"{level} % percentile bootstrap interval")
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncols=2,
+            title=f"{level} % percentile bootstrap interval",
+        )
     return fig

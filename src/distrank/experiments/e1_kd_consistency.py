@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from distrank.experiments import Outputs, collected, zoo_scores, discordant_pairs, per_model
+from distrank.experiments import Outputs, collected, discordant_pairs, per_model, zoo_scores
 from distrank.metrics.registry import display
 from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
 
@@ -35,11 +35,14 @@ scores = zoo_scores
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     table, agreement = e1_table(collected(inputs, context))
-    return Outputs({"": table, "_agreement": agreement},
-                   {"": e1_figure(table, context["extractor"])})
+    return Outputs(
+        {"": table, "_agreement": agreement}, {"": e1_figure(table, context["extractor"])}
+    )
 
 
-def e1_table(scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")) -> tuple[pd.DataFrame, pd.DataFrame]:
+def e1_table(
+    scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-model aggregates and per-metric rank agreement for E1.
 
     Parameters
@@ -57,7 +60,9 @@ def e1_table(scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")) -> tup
     """
     table, agreement = per_model(scores, metrics, difference="gap")
     first = display(metrics[0])
-    table = table.sort_values([f"{first}_all_rank", "model"], kind="mergesort").reset_index(drop=True)
+    table = table.sort_values([f"{first}_all_rank", "model"], kind="mergesort").reset_index(
+        drop=True
+    )
     return table, agreement
 
 
@@ -68,8 +73,15 @@ def _slope_one_fit(ax, x: np.ndarray, y: np.ndarray, unit: str) -> float:
     pad = 0.05 * (hi - lo if hi > lo else abs(hi) or 1.0)
     xs = np.array([lo - pad, hi + pad])
     spread = float(np.ptp(y - x))
-    ax.plot(xs, xs + gap, color="0.45", lw=0.9, ls="--", zorder=1,
-            label=f"slope 1, mean {unit} gap {gap:.3g}\n(max - min gap {spread:.2g})")
+    ax.plot(
+        xs,
+        xs + gap,
+        color="0.45",
+        lw=0.9,
+        ls="--",
+        zorder=1,
+        label=f"slope 1, mean {unit} gap {gap:.3g}\n(max - min gap {spread:.2g})",
+    )
     return gap
 
 
@@ -94,10 +106,25 @@ def e1_figure(table: pd.DataFrame, extractor: str, *, kd: str = "kd", fd: str = 
             if flips:
                 pairs = discordant_pairs(x, y)
                 for k, (i, j) in enumerate(pairs):
-                    ax.plot([x[i], x[j]], [y[i], y[j]], color="tab:red", lw=0.8, alpha=0.8, zorder=2,
-                            label=f"rank flip ({len(pairs)} pairs)" if k == 0 else None)
-            ax.scatter(x, y, s=16, color="tab:blue", edgecolor="white", linewidth=0.4, zorder=3,
-                       label=f"model ({len(x)})")
+                    ax.plot(
+                        [x[i], x[j]],
+                        [y[i], y[j]],
+                        color="tab:red",
+                        lw=0.8,
+                        alpha=0.8,
+                        zorder=2,
+                        label=f"rank flip ({len(pairs)} pairs)" if k == 0 else None,
+                    )
+            ax.scatter(
+                x,
+                y,
+                s=16,
+                color="tab:blue",
+                edgecolor="white",
+                linewidth=0.4,
+                zorder=3,
+                label=f"model ({len(x)})",
+            )
             ax.set_xlabel(metric_label(metric, extractor, "all"))
             ax.set_ylabel(metric_label(metric, extractor, "avg"))
             ax.legend(loc="upper left")

@@ -58,8 +58,17 @@ from distrank.clients import client_weights
 from distrank.experiments import Outputs, check_scores, collected
 from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
 
-__all__ = ["G1", "G2", "G2Design", "design_g2", "construct_g2", "write_models", "e2_table",
-           "e2_figure", "run"]
+__all__ = [
+    "G1",
+    "G2",
+    "G2Design",
+    "design_g2",
+    "construct_g2",
+    "write_models",
+    "e2_table",
+    "e2_figure",
+    "run",
+]
 
 #: The two models of the experiment, built in feature space by :func:`write_models`.
 G1, G2 = "e2-G1", "e2-G2"
@@ -80,8 +89,9 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     return Outputs({"": table}, {"": e2_figure(table, context["extractor"])})
 
 
-def write_models(client_paths: Sequence, base_path, g1_path, g2_path, *,
-                 classes: Sequence[int] | None, seed: int) -> None:
+def write_models(
+    client_paths: Sequence, base_path, g1_path, g2_path, *, classes: Sequence[int] | None, seed: int
+) -> None:
     """Centralized pre-step: G1 is the base model's features, restricted to the
     clients' classes when both are known; G2 is :func:`construct_g2` from the pooled
     client features."""
@@ -126,7 +136,9 @@ def _unit_normal_to(directions: np.ndarray, d: int, random_state: int) -> np.nda
     return u / np.linalg.norm(u)
 
 
-def _solve_shift(e: np.ndarray, lam: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def _solve_shift(
+    e: np.ndarray, lam: np.ndarray, g: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
     """The parts of ``v`` fixed by the client conditions: ``(w0 + e_perp, basis, c^2)``.
 
     ``basis`` (rows) spans the centred client means and ``e_perp``; the free part
@@ -173,13 +185,19 @@ def design_g2(
     clients = np.asarray(clients)
     y1 = np.asarray(y1, dtype=np.float64)
     if reference.ndim != 2 or y1.ndim != 2 or reference.shape[1] != y1.shape[1]:
-        raise ValueError(f"reference {reference.shape} and y1 {y1.shape} must be 2-d with equal width")
+        raise ValueError(
+            f"reference {reference.shape} and y1 {y1.shape} must be 2-d with equal width"
+        )
     if clients.shape != (len(reference),):
-        raise ValueError(f"clients must have one label per reference row, got shape {clients.shape}")
+        raise ValueError(
+            f"clients must have one label per reference row, got shape {clients.shape}"
+        )
     labels = np.unique(clients)
     k, d = len(labels), y1.shape[1]
     if k < 2 or d <= k + 1:
-        raise ValueError(f"need at least two clients and more than k + 1 feature dimensions (k={k}, d={d})")
+        raise ValueError(
+            f"need at least two clients and more than k + 1 feature dimensions (k={k}, d={d})"
+        )
     if scale is not None and not scale > 0:
         raise ValueError(f"scale must be positive, got {scale}")
 
@@ -205,7 +223,9 @@ def design_g2(
             break
         s = 1 - (1 - s) / 2
     if c2 < 0:
-        raise ValueError(f"no real shift for scale {s:.6g} (c^2 = {c2:.3g}); choose a scale nearer 1")
+        raise ValueError(
+            f"no real shift for scale {s:.6g} (c^2 = {c2:.3g}); choose a scale nearer 1"
+        )
     shift = fixed + np.sqrt(c2) * _unit_normal_to(basis, d, random_state)
     return G2Design(
         center=m,
@@ -217,8 +237,9 @@ def design_g2(
     )
 
 
-def construct_g2(reference: np.ndarray, clients: np.ndarray, y1: np.ndarray,
-                 **options) -> np.ndarray:
+def construct_g2(
+    reference: np.ndarray, clients: np.ndarray, y1: np.ndarray, **options
+) -> np.ndarray:
     """G2 features (float64, same shape as ``y1``): same per-client FD and FD_avg as
     G1, different FD_all. Arguments and ``options`` (``scale``, ``weights``,
     ``random_state``) as in :func:`design_g2`.
@@ -242,13 +263,21 @@ def e2_table(scores: pd.DataFrame, *, g1: str = "G1", g2: str = "G2") -> pd.Data
     for model in (g1, g2):
         if model not in set(rows["model"]):
             raise ValueError(f"scores has no rows for model {model!r}")
-    rows["row"] = np.where(rows["aggregation"] == "client", rows["client"].astype(str), rows["aggregation"])
+    rows["row"] = np.where(
+        rows["aggregation"] == "client", rows["client"].astype(str), rows["aggregation"]
+    )
     rows["role"] = rows["model"].map({g1: "G1", g2: "G2"})
-    wide = rows.pivot_table(index="row", columns=["metric", "role"], values="value", aggfunc="first")
-    client_rows = sorted((r for r in wide.index if r not in ("avg", "all")),
-                         key=lambda r: (0, float(r)) if r.lstrip("-").replace(".", "", 1).isdigit() else (1, r))
+    wide = rows.pivot_table(
+        index="row", columns=["metric", "role"], values="value", aggfunc="first"
+    )
+    client_rows = sorted(
+        (r for r in wide.index if r not in ("avg", "all")),
+        key=lambda r: (0, float(r)) if r.lstrip("-").replace(".", "", 1).isdigit() else (1, r),
+    )
     order = [*client_rows, "avg", "all"]
-    missing = [r for r in order if r not in wide.index] + [r for r in ("avg", "all") if r not in wide.index]
+    missing = [r for r in order if r not in wide.index] + [
+        r for r in ("avg", "all") if r not in wide.index
+    ]
     if missing:
         raise ValueError(f"scores lack rows {sorted(set(missing))}")
     wide = wide.loc[order]
@@ -281,8 +310,15 @@ def e2_figure(table: pd.DataFrame, extractor: str) -> Figure:
                 top = max(top, float(np.nanmax(values)))
                 bars = ax.bar(x + (j - 0.5) * width, values, width, color=colors[role], label=role)
                 for bar, value in list(zip(bars, values))[n_clients:]:
-                    ax.annotate(f"{value:.4g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                                xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", rotation=90)
+                    ax.annotate(
+                        f"{value:.4g}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        xytext=(0, 2),
+                        textcoords="offset points",
+                        ha="center",
+                        va="bottom",
+                        rotation=90,
+                    )
             ax.axvline((x[n_clients - 1] + x[n_clients]) / 2, color="0.6", lw=0.6, ls=":")
             ax.set_ylim(0, top * 1.4)
             ticks = [f"client {c}" for c in labels[:n_clients]]

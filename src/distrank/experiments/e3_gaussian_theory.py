@@ -64,6 +64,7 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     curves = e3_curves(ring_clients(s["n_clients"], s["dim"]), t, bandwidth=s["bandwidth"])
     return Outputs({"": e3_table(curves), "_curves": curves}, {"": e3_figure(curves)})
 
+
 __all__ = [
     "GaussianClients",
     "ring_clients",
@@ -165,7 +166,9 @@ def gaussian_fd(m1: np.ndarray, c1: np.ndarray, m2: np.ndarray, c2: np.ndarray) 
     root = spd_power(c1, 0.5)
     cross = np.linalg.eigvalsh(root @ c2 @ root)
     diff = np.asarray(m1, float) - np.asarray(m2, float)
-    return float(diff @ diff + np.trace(c1) + np.trace(c2) - 2.0 * np.sqrt(np.clip(cross, 0.0, None)).sum())
+    return float(
+        diff @ diff + np.trace(c1) + np.trace(c2) - 2.0 * np.sqrt(np.clip(cross, 0.0, None)).sum()
+    )
 
 
 def barycenter_covariance(
@@ -195,7 +198,9 @@ def barycenter_covariance(
     raise RuntimeError(f"barycenter iteration did not converge in {max_iter} steps")
 
 
-def gaussian_kernel_mean(a: np.ndarray, cov_a: np.ndarray, b: np.ndarray, cov_b: np.ndarray, bandwidth: float) -> float:
+def gaussian_kernel_mean(
+    a: np.ndarray, cov_a: np.ndarray, b: np.ndarray, cov_b: np.ndarray, bandwidth: float
+) -> float:
     r""":math:`\mathbb E\,\exp(-\lVert x - y\rVert^2 / (2 s^2))` for independent
     :math:`x \sim N(a, A)`, :math:`y \sim N(b, B)`:
     :math:`s^d \det(s^2 I + A + B)^{-1/2} \exp(-\frac12 \delta^\top (s^2 I + A + B)^{-1} \delta)`,
@@ -219,8 +224,12 @@ def _mixture_cross(w1, means1, covs1, w2, means2, covs2, bandwidth) -> float:
 
 
 def mixture_kd(
-    weights_p: np.ndarray, means_p: np.ndarray, covs_p: np.ndarray,
-    weights_q: np.ndarray, means_q: np.ndarray, covs_q: np.ndarray,
+    weights_p: np.ndarray,
+    means_p: np.ndarray,
+    covs_p: np.ndarray,
+    weights_q: np.ndarray,
+    means_q: np.ndarray,
+    covs_q: np.ndarray,
     bandwidth: float,
 ) -> float:
     r"""Squared MMD between Gaussian mixtures with the Gaussian kernel:
@@ -262,11 +271,15 @@ def e3_curves(clients: GaussianClients, t: Sequence[float], *, bandwidth: float)
             {
                 "t": float(ti),
                 "FD_all": gaussian_fd(mu_bar, c_bar, mu_bar, c_t),
-                "FD_avg": float(sum(w * gaussian_fd(m, c, mu_bar, c_t) for w, m, c in zip(lam, means, covs))),
+                "FD_avg": float(
+                    sum(w * gaussian_fd(m, c, mu_bar, c_t) for w, m, c in zip(lam, means, covs))
+                ),
                 "KD_all": mixture_kd(lam, means, covs, *model, bandwidth),
                 "KD_avg": float(
-                    sum(w * mixture_kd(np.ones(1), m[None], c[None], *model, bandwidth)
-                        for w, m, c in zip(lam, means, covs))
+                    sum(
+                        w * mixture_kd(np.ones(1), m[None], c[None], *model, bandwidth)
+                        for w, m, c in zip(lam, means, covs)
+                    )
                 ),
             }
         )
@@ -311,7 +324,10 @@ def e3_figure(curves: pd.DataFrame, *, space: str = r"Gaussians in $\mathbb{R}^2
     styles = {"all": dict(color="tab:blue", ls="-"), "avg": dict(color="tab:orange", ls="--")}
     with paper_style():
         fig, axes = new_figure(1, 2, width="double", height=2.6)
-        panels = ((axes[0, 0], "FD", "(a) Fréchet distance"), (axes[0, 1], "KD", "(b) Kernel distance"))
+        panels = (
+            (axes[0, 0], "FD", "(a) Fréchet distance"),
+            (axes[0, 1], "KD", "(b) Kernel distance"),
+        )
         for ax, metric, title in panels:
             for ref in (0.0, 1.0):
                 ax.axvline(ref, color="0.6", lw=0.6, ls=":", zorder=0)
@@ -319,9 +335,16 @@ def e3_figure(curves: pd.DataFrame, *, space: str = r"Gaussians in $\mathbb{R}^2
                 name = f"{metric}_{agg}"
                 row = table.loc[name]
                 ax.plot(t, curves[name], label=rf"{metric}$_\mathrm{{{agg}}}$", **styles[agg])
-                ax.plot(row["argmin_t"], row["min_value"], marker="o", ms=5, color=styles[agg]["color"],
-                        markerfacecolor="white", zorder=3,
-                        label=rf"argmin $t$ = {row['argmin_t']:.2f}")
+                ax.plot(
+                    row["argmin_t"],
+                    row["min_value"],
+                    marker="o",
+                    ms=5,
+                    color=styles[agg]["color"],
+                    markerfacecolor="white",
+                    zorder=3,
+                    label=rf"argmin $t$ = {row['argmin_t']:.2f}",
+                )
             ax.set_xlabel(r"$t$  ($\Sigma_B$ at $t$=0, $\bar C$ at $t$=1)")
             ax.set_ylabel(f"{metric}, closed form, {space}")
             ax.set_title(title, loc="left")

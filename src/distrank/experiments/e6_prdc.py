@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from distrank.experiments import Outputs, collected, zoo_scores, per_model
+from distrank.experiments import Outputs, collected, per_model, zoo_scores
 from distrank.metrics.registry import PRDC, display
 from distrank.report.figures import metric_label, new_figure, paper_style
 
@@ -31,11 +31,14 @@ scores = zoo_scores
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     table, agreement = e6_table(collected(inputs, context))
-    return Outputs({"": table, "_agreement": agreement},
-                   {"": e6_figure(table, context["extractor"])})
+    return Outputs(
+        {"": table, "_agreement": agreement}, {"": e6_figure(table, context["extractor"])}
+    )
 
 
-def e6_table(scores: pd.DataFrame, metrics: Sequence[str] = PRDC) -> tuple[pd.DataFrame, pd.DataFrame]:
+def e6_table(
+    scores: pd.DataFrame, metrics: Sequence[str] = PRDC
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-model PRDC in both aggregations, and per-metric rank agreement.
 
     Returns
@@ -68,12 +71,22 @@ def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC
             pad = 0.08 * (hi - lo if hi > lo else 1.0)
             lims = (lo - pad, hi + pad)
             ax.plot(lims, lims, color="0.5", lw=0.8, ls="--", zorder=1, label="avg = all")
-            ax.scatter(x, y, s=16, color="tab:blue", edgecolor="white", linewidth=0.4, zorder=3,
-                       label=f"model ({len(x)})")
+            ax.scatter(
+                x,
+                y,
+                s=16,
+                color="tab:blue",
+                edgecolor="white",
+                linewidth=0.4,
+                zorder=3,
+                label=f"model ({len(x)})",
+            )
             ax.set_xlim(lims)
             ax.set_ylim(lims)
             ax.set_xlabel(metric_label(metric, extractor, "all"))
             ax.set_ylabel(metric_label(metric, extractor, "avg"))
-            ax.set_title(f"({letter}) {name}: max |all - avg| = {np.max(np.abs(x - y)):.2g}", loc="left")
+            ax.set_title(
+                f"({letter}) {name}: max |all - avg| = {np.max(np.abs(x - y)):.2g}", loc="left"
+            )
             ax.legend(loc="best")  # points may sit anywhere off the diagonal
     return fig

@@ -31,21 +31,47 @@ from distrank.metrics.kernels import make_kernel, median_bandwidth
 from distrank.metrics.privacy import BOUNDED_KERNELS, client_budget, kd_sensitivity, release_kd
 from distrank.report.figures import new_figure, paper_style
 
-__all__ = ["check", "run", "nested_subsamples", "kernel_inputs", "write_kernel_inputs",
-           "read_kernel_inputs", "e9_table", "e9_figure"]
+__all__ = [
+    "check",
+    "run",
+    "nested_subsamples",
+    "kernel_inputs",
+    "write_kernel_inputs",
+    "read_kernel_inputs",
+    "e9_table",
+    "e9_figure",
+]
 
-COLUMNS = ["client_size", "epsilon", "delta", "n_clients", "n_models", "n_draws",
-           "sensitivity", "noise_std", "epsilon_spent", "p_same_ranking", "p_low", "p_high",
-           "p_same_best", "mean_kendall_tau", "std_kendall_tau"]
+COLUMNS = [
+    "client_size",
+    "epsilon",
+    "delta",
+    "n_clients",
+    "n_models",
+    "n_draws",
+    "sensitivity",
+    "noise_std",
+    "epsilon_spent",
+    "p_same_ranking",
+    "p_low",
+    "p_high",
+    "p_same_best",
+    "mean_kendall_tau",
+    "std_kendall_tau",
+]
 
 
 def check(settings: Mapping, config: Mapping) -> None:
     if settings["bandwidth_from"] not in config["models"]:
-        raise ValueError(f"config: experiments.E9.bandwidth_from {settings['bandwidth_from']!r} "
-                         f"is not a model of `models`")
+        raise ValueError(
+            f"config: experiments.E9.bandwidth_from {settings['bandwidth_from']!r} "
+            f"is not a model of `models`"
+        )
     if config["metrics"]["kd_estimator"] not in ("unbiased", "biased"):
-        raise ValueError("config: experiments.E9 needs metrics.kd_estimator 'unbiased' or "
-                         "'biased' (private KD is a full-sample estimate)")
+        raise ValueError(
+            "config: experiments.E9 needs metrics.kd_estimator 'unbiased' or "
+            "'biased' (private KD is a full-sample estimate)"
+        )
     sizes = settings["client_sizes"]
     if sorted(set(sizes)) != list(sizes):
         raise ValueError(f"config: experiments.E9.client_sizes must increase, got {sizes}")
@@ -53,10 +79,15 @@ def check(settings: Mapping, config: Mapping) -> None:
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     kd_inputs = read_kernel_inputs(inputs["kernel_inputs"])
-    table = e9_table(kd_inputs, epsilons=settings["epsilons"], delta=settings["delta"],
-                     n_draws=settings["n_draws"],
-                     estimator=context["metrics"]["kd_estimator"],
-                     weights=context["metrics"]["weights"], seed=context["seed"])
+    table = e9_table(
+        kd_inputs,
+        epsilons=settings["epsilons"],
+        delta=settings["delta"],
+        n_draws=settings["n_draws"],
+        estimator=context["metrics"]["kd_estimator"],
+        weights=context["metrics"]["weights"],
+        seed=context["seed"],
+    )
     return Outputs({"": table}, {"": e9_figure(table)})
 
 
@@ -73,16 +104,27 @@ def nested_subsamples(owner: np.ndarray, *, sizes: Sequence[int], seed: int) -> 
     for c in np.unique(owner[owner >= 0]):
         rows = rng.permutation(np.flatnonzero(owner == c))
         if len(rows) < sizes[-1]:
-            raise ValueError(f"client_sizes: client {c} has {len(rows)} rows, fewer than "
-                             f"{sizes[-1]}")
+            raise ValueError(
+                f"client_sizes: client {c} has {len(rows)} rows, fewer than {sizes[-1]}"
+            )
         for t in range(len(sizes) - 1, -1, -1):
-            tier[rows[:sizes[t]]] = t
+            tier[rows[: sizes[t]]] = t
     return tier
 
 
-def kernel_inputs(reference, owner, models: Mapping[str, np.ndarray], *, sizes: Sequence[int],
-                  kernel: str, bandwidth: float, estimator: str, seed: int,
-                  dtype: str = "float64", device=None) -> dict[int, dict[str, np.ndarray]]:
+def kernel_inputs(
+    reference,
+    owner,
+    models: Mapping[str, np.ndarray],
+    *,
+    sizes: Sequence[int],
+    kernel: str,
+    bandwidth: float,
+    estimator: str,
+    seed: int,
+    dtype: str = "float64",
+    device=None,
+) -> dict[int, dict[str, np.ndarray]]:
     """Exact KD per (model, client) and KD_all per model, for each client size.
 
     One ``kernel_sums`` pass over the largest subsamples, with a group per (client,
@@ -99,15 +141,20 @@ def kernel_inputs(reference, owner, models: Mapping[str, np.ndarray], *, sizes: 
     n_tiers = len(sizes)
     group = np.searchsorted(clients, owner[used]) * n_tiers + tier[used]
     kern = make_kernel(kernel, {"bandwidth": bandwidth}, np.asarray(reference).shape[1])
-    sums = kernel_sums(np.asarray(reference)[used], group, list(models.values()), kern,
-                       dtype=dtype, device=device)
+    sums = kernel_sums(
+        np.asarray(reference)[used], group, list(models.values()), kern, dtype=dtype, device=device
+    )
     out = {}
     for t, size in enumerate(sizes):
-        merged = _merge(sums, [[c * n_tiers + u for u in range(t + 1)]
-                               for c in range(len(clients))])
+        merged = _merge(
+            sums, [[c * n_tiers + u for u in range(t + 1)] for c in range(len(clients))]
+        )
         kd_client, kd_all = merged.kd(estimator)
-        out[int(size)] = {"kd_client": kd_client, "kd_all": kd_all,
-                          "client_sizes": merged.client_sizes}
+        out[int(size)] = {
+            "kd_client": kd_client,
+            "kd_all": kd_all,
+            "client_sizes": merged.client_sizes,
+        }
     return out
 
 
@@ -115,16 +162,32 @@ def _merge(sums: KernelSums, groups: Sequence[Sequence[int]]) -> KernelSums:
     """The kernel sums of clients that are unions of the given groups of ``sums``."""
     xy = np.stack([sums.xy[:, g].sum(axis=1) for g in groups], axis=1)
     xx = np.array([[sums.xx[np.ix_(a, b)].sum() for b in groups] for a in groups])
-    return KernelSums(client_sizes=np.array([sums.client_sizes[g].sum() for g in groups]),
-                      model_sizes=sums.model_sizes, xx=xx,
-                      xx_diag=np.array([sums.xx_diag[g].sum() for g in groups]), xy=xy,
-                      yy=sums.yy, yy_diag=sums.yy_diag)
+    return KernelSums(
+        client_sizes=np.array([sums.client_sizes[g].sum() for g in groups]),
+        model_sizes=sums.model_sizes,
+        xx=xx,
+        xx_diag=np.array([sums.xx_diag[g].sum() for g in groups]),
+        xy=xy,
+        yy=sums.yy,
+        yy_diag=sums.yy_diag,
+    )
 
 
-def write_kernel_inputs(reference_path, manifest_path, model_paths: Mapping, out_path, *,
-                        sizes: Sequence[int], kernel: str, bandwidth_from: str,
-                        estimator: str, seed: int, dtype: str = "float64", device=None,
-                        threads: int = 1) -> None:
+def write_kernel_inputs(
+    reference_path,
+    manifest_path,
+    model_paths: Mapping,
+    out_path,
+    *,
+    sizes: Sequence[int],
+    kernel: str,
+    bandwidth_from: str,
+    estimator: str,
+    seed: int,
+    dtype: str = "float64",
+    device=None,
+    threads: int = 1,
+) -> None:
     """The centralized pre-step: :func:`kernel_inputs` of the files, to one npz.
 
     The bandwidth is the median heuristic on the features of model
@@ -138,11 +201,21 @@ def write_kernel_inputs(reference_path, manifest_path, model_paths: Mapping, out
     models = {name: load_features(path) for name, path in model_paths.items()}
     bandwidth = median_bandwidth(models[bandwidth_from], kernel=kernel, seed=seed)
     with torch_session(seed, threads):
-        result = kernel_inputs(load_features(reference_path), load_manifest(manifest_path),
-                               models, sizes=sizes, kernel=kernel, bandwidth=bandwidth,
-                               estimator=estimator, seed=seed, dtype=dtype, device=device)
-    arrays = {f"{size}/{key}": value for size, by_key in result.items()
-              for key, value in by_key.items()}
+        result = kernel_inputs(
+            load_features(reference_path),
+            load_manifest(manifest_path),
+            models,
+            sizes=sizes,
+            kernel=kernel,
+            bandwidth=bandwidth,
+            estimator=estimator,
+            seed=seed,
+            dtype=dtype,
+            device=device,
+        )
+    arrays = {
+        f"{size}/{key}": value for size, by_key in result.items() for key, value in by_key.items()
+    }
     with atomic_open(out_path) as f:
         np.savez(f, models=np.array(list(models)), bandwidth=bandwidth, **arrays)
 
@@ -160,9 +233,16 @@ def read_kernel_inputs(path) -> dict[int, dict[str, np.ndarray]]:
     return dict(sorted(out.items()))
 
 
-def e9_table(kd_inputs: Mapping[int, Mapping[str, np.ndarray]], *, epsilons: Sequence[float],
-             delta: float, n_draws: int, estimator: str = "unbiased", weights: str = "size",
-             seed: int = 0) -> pd.DataFrame:
+def e9_table(
+    kd_inputs: Mapping[int, Mapping[str, np.ndarray]],
+    *,
+    epsilons: Sequence[float],
+    delta: float,
+    n_draws: int,
+    estimator: str = "unbiased",
+    weights: str = "size",
+    seed: int = 0,
+) -> pd.DataFrame:
     """One row per (client size, epsilon): agreement of private KD_avg with KD_all.
 
     ``kd_inputs`` maps a client size to ``kd_client`` (M, k), ``kd_all`` (M,) and
@@ -190,19 +270,38 @@ def e9_table(kd_inputs: Mapping[int, Mapping[str, np.ndarray]], *, epsilons: Seq
         order = np.argsort(kd_all, kind="stable")
         sensitivity = kd_sensitivity(int(sizes.min()), estimator=estimator)
         for i, (epsilon, budget) in enumerate(zip(epsilons, budgets)):
-            noisy = release_kd(np.broadcast_to(kd_client, (n_draws,) + kd_client.shape), sizes,
-                               budget=budget, estimator=estimator,
-                               rng=np.random.default_rng([seed, int(size), i]))
+            noisy = release_kd(
+                np.broadcast_to(kd_client, (n_draws,) + kd_client.shape),
+                sizes,
+                budget=budget,
+                estimator=estimator,
+                rng=np.random.default_rng([seed, int(size), i]),
+            )
             avg = noisy @ lam  # (draws, M)
             same = np.all(np.argsort(avg, axis=1, kind="stable") == order, axis=1)
             same_best = np.argmin(avg, axis=1) == order[0]
             tau = np.array([stats.kendalltau(a, kd_all).statistic for a in avg])
             hits = int(same.sum())
             ci = stats.binomtest(hits, n_draws).proportion_ci(0.95, method="exact")
-            rows.append((int(size), float(epsilon), float(delta), len(sizes), n_models, n_draws,
-                         sensitivity, budget.noise_std(sensitivity), budget.epsilon_spent,
-                         hits / n_draws, ci.low, ci.high, float(same_best.mean()),
-                         float(tau.mean()), float(tau.std())))
+            rows.append(
+                (
+                    int(size),
+                    float(epsilon),
+                    float(delta),
+                    len(sizes),
+                    n_models,
+                    n_draws,
+                    sensitivity,
+                    budget.noise_std(sensitivity),
+                    budget.epsilon_spent,
+                    hits / n_draws,
+                    ci.low,
+                    ci.high,
+                    float(same_best.mean()),
+                    float(tau.mean()),
+                    float(tau.std()),
+                )
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -218,27 +317,35 @@ def e9_figure(table: pd.DataFrame) -> Figure:
             rows = table[table.client_size == size].sort_values("epsilon")
             label = f"$n_i$ = {size}"
             axes[0, 0].plot(rows.epsilon, rows.p_same_ranking, "o-", color=colour, label=label)
-            axes[0, 0].fill_between(rows.epsilon, rows.p_low, rows.p_high, color=colour,
-                                    alpha=0.15, lw=0)
+            axes[0, 0].fill_between(
+                rows.epsilon, rows.p_low, rows.p_high, color=colour, alpha=0.15, lw=0
+            )
             axes[0, 0].plot(rows.epsilon, rows.p_same_best, "s--", color=colour, ms=3, lw=0.9)
             axes[0, 1].plot(rows.epsilon, rows.mean_kendall_tau, "o-", color=colour, label=label)
         first = table.iloc[0]
-        n_clients, n_models, n_draws = (int(first[c]) for c in ("n_clients", "n_models",
-                                                                 "n_draws"))
+        n_clients, n_models, n_draws = (int(first[c]) for c in ("n_clients", "n_models", "n_draws"))
         axes[0, 0].set_ylabel("P(private KD$_\\mathrm{avg}$ agrees with KD$_\\mathrm{all}$)")
-        axes[0, 1].set_ylabel("mean Kendall $\\tau$(private KD$_\\mathrm{avg}$, "
-                              "KD$_\\mathrm{all}$)")
+        axes[0, 1].set_ylabel(
+            "mean Kendall $\\tau$(private KD$_\\mathrm{avg}$, KD$_\\mathrm{all}$)"
+        )
         epsilons = sorted(table.epsilon.unique())
-        for ax, title in zip(axes[0], ("(a) Same ranking (solid), same best (dashed)",
-                                       "(b) Rank correlation")):
+        for ax, title in zip(
+            axes[0], ("(a) Same ranking (solid), same best (dashed)", "(b) Rank correlation")
+        ):
             ax.set_xscale("log")
             ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
             ax.minorticks_off()
-            ax.set_xlabel(f"client budget $\\varepsilon$ ($\\delta$ = {first.delta:g}, "
-                          f"over {n_models} models)")
+            ax.set_xlabel(
+                f"client budget $\\varepsilon$ ($\\delta$ = {first.delta:g}, "
+                f"over {n_models} models)"
+            )
             ax.set_title(title, loc="left")
         axes[0, 0].set_ylim(-0.03, 1.03)
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right center",
-                   title=f"rows per client\n({n_clients} clients,\n{n_draws} draws)")
+        fig.legend(
+            handles,
+            labels,
+            loc="outside right center",
+            title=f"rows per client\n({n_clients} clients,\n{n_draws} draws)",
+        )
     return fig

@@ -22,11 +22,18 @@ __all__ = [
 
 
 def __getattr__(name):  # PEP 562: keep `import distrank.features` cheap
-    if name in ("Extractor", "available_extractors", "get_extractor", "extractor_from_config",
-                "register_extractor"):
+    if name in (
+        "Extractor",
+        "available_extractors",
+        "get_extractor",
+        "extractor_from_config",
+        "register_extractor",
+    ):
         from . import base
+
         return getattr(base, name)
     if name in ("cached_features", "extract_to_file"):
         from . import cache
+
         return getattr(cache, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -113,13 +113,18 @@ def get_extractor(
     return factory(backend=backend, device=device, cache_dir=cache_dir, **kwargs)
 
 
-
 def extractor_from_config(features: dict, *, device=None, threads: int = 1) -> Extractor:
     """The extractor of a study config's ``features`` section (``extractor``,
     ``backend``, ``weights_dir``), with ``threads`` onnxruntime threads."""
     options = {"num_threads": threads} if features["backend"] == "onnx" else {}
-    return get_extractor(features["extractor"], backend=features["backend"], device=device,
-                         cache_dir=features["weights_dir"], **options)
+    return get_extractor(
+        features["extractor"],
+        backend=features["backend"],
+        device=device,
+        cache_dir=features["weights_dir"],
+        **options,
+    )
+
 
 def package_versions(*names: str) -> dict[str, str]:
     """Installed versions of the given distributions (those that change the features)."""

@@ -36,10 +36,16 @@ import torch.nn.functional as F
 
 from .base import Extractor, full_precision, package_versions, resolve_device
 from .preprocess import Preprocessing
-from .weights import WEIGHTS, file_sha256, load_state_dict, resolve_weights
+from .weights import WEIGHTS, file_sha256, load_state_dict, resolve_weights, weights_mismatch
 
-__all__ = ["ARCHITECTURES", "DINOv2Extractor", "DINOV2_PREPROCESSING", "convert_state_dict",
-           "build_dinov2_vitl14", "create_model"]
+__all__ = [
+    "ARCHITECTURES",
+    "DINOv2Extractor",
+    "DINOV2_PREPROCESSING",
+    "convert_state_dict",
+    "build_dinov2_vitl14",
+    "create_model",
+]
 
 IMAGE_SIZE = 224
 PATCH_SIZE = 14
@@ -55,8 +61,14 @@ ARCHITECTURES = {
 }
 
 DINOV2_PREPROCESSING = Preprocessing(
-    size=(IMAGE_SIZE, IMAGE_SIZE), interpolation="bicubic", antialias=True,
-    mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=1.0 / 255.0, round_to_uint8=True)
+    size=(IMAGE_SIZE, IMAGE_SIZE),
+    interpolation="bicubic",
+    antialias=True,
+    mean=IMAGENET_MEAN,
+    std=IMAGENET_STD,
+    scale=1.0 / 255.0,
+    round_to_uint8=True,
+)
 
 
 @contextlib.contextmanager
@@ -87,7 +99,7 @@ def create_model(name: str, img_size: int = IMAGE_SIZE, device: str | torch.devi
 def _resample_pos_embed(pos_embed: torch.Tensor, grid: int) -> torch.Tensor:
     """Meta's run-time position-embedding interpolation (CLS slot first), done once."""
     n_patches = pos_embed.shape[1] - 1
-    side = int(round(n_patches ** 0.5))
+    side = int(round(n_patches**0.5))
     if side * side != n_patches:
         raise ValueError(f"pos_embed has {n_patches} patch positions, not a square grid")
     if side == grid:
@@ -110,7 +122,9 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], model) -> dict[str, 
 
     state_dict = dict(state_dict)
     if "pos_embed" in state_dict and "register_tokens" not in state_dict:
-        state_dict["pos_embed"] = _resample_pos_embed(state_dict["pos_embed"], model.patch_embed.grid_size[0])
+        state_dict["pos_embed"] = _resample_pos_embed(
+            state_dict["pos_embed"], model.patch_embed.grid_size[0]
+        )
     return checkpoint_filter_fn(state_dict, model)
 
 
@@ -119,22 +133,38 @@ class DINOv2Extractor(Extractor):
 
     default_batch_size = 32
 
-    def __init__(self, name: str = "dinov2_vitl14", backend: str = "torch", device=None, cache_dir=None, *,
-                 weights_path: str | Path | None = None, offline: bool | None = None,
-                 lockfile: str | Path | None = None):
+    def __init__(
+        self,
+        name: str = "dinov2_vitl14",
+        backend: str = "torch",
+        device=None,
+        cache_dir=None,
+        *,
+        weights_path: str | Path | None = None,
+        offline: bool | None = None,
+        lockfile: str | Path | None = None,
+    ):
         if name not in ARCHITECTURES:
-            raise ValueError(f"unknown DINOv2 model {name!r}; choose one of {sorted(ARCHITECTURES)}")
+            raise ValueError(
+                f"unknown DINOv2 model {name!r}; choose one of {sorted(ARCHITECTURES)}"
+            )
         if backend != "torch":
             raise ValueError(f"the {name} extractor has only the 'torch' backend, got {backend!r}")
         self.name = name
         self.dim = ARCHITECTURES[name][1]
         self.backend = backend
         self.device = resolve_device(device)
-        path = Path(weights_path) if weights_path is not None else resolve_weights(
-            WEIGHTS[name], cache_dir, offline=offline, lockfile=lockfile)
+        path = (
+            Path(weights_path)
+            if weights_path is not None
+            else resolve_weights(WEIGHTS[name], cache_dir, offline=offline, lockfile=lockfile)
+        )
         self._weights = {"file": path.name, "sha256": file_sha256(path)}
         model = create_model(name)
-        model.load_state_dict(convert_state_dict(load_state_dict(path), model), strict=True)
+        try:
+            model.load_state_dict(convert_state_dict(load_state_dict(path), model), strict=True)
+        except RuntimeError as err:  # another network's weights (keys or shapes differ)
+            raise weights_mismatch(path, name, err) from None
         self.model = model.to(self.device).eval().requires_grad_(False)
 
     @property
@@ -158,6 +188,7 @@ class DINOv2Extractor(Extractor):
 def _factory(name):
     def build(*, backend: str = "torch", device=None, cache_dir=None, **kwargs) -> DINOv2Extractor:
         return DINOv2Extractor(name, backend=backend, device=device, cache_dir=cache_dir, **kwargs)
+
     build.__name__ = f"build_{name}"
     build.__doc__ = f'Registry factory for "{name}" (kwargs: weights_path, offline, lockfile).'
     return build

@@ -66,8 +66,15 @@ LITE_STD = (128.0, 128.0, 128.0)
 
 def lite0_preprocessing(resolution: int = DEFAULT_RESOLUTION) -> Preprocessing:
     """The fixed EfficientNet-Lite0 preprocessing at ``resolution`` px (module docstring)."""
-    return Preprocessing(size=(resolution, resolution), interpolation="bilinear", antialias=True,
-                         mean=LITE_MEAN, std=LITE_STD, scale=1.0, round_to_uint8=False)
+    return Preprocessing(
+        size=(resolution, resolution),
+        interpolation="bilinear",
+        antialias=True,
+        mean=LITE_MEAN,
+        std=LITE_STD,
+        scale=1.0,
+        round_to_uint8=False,
+    )
 
 
 PREPROCESSING = lite0_preprocessing()
@@ -111,8 +118,15 @@ class EfficientNetLite0Extractor(Extractor):
     name = "efficientnet_lite0"
     dim = FEATURE_DIM
 
-    def __init__(self, backend: str = "torch", device=None, cache_dir=None, *,
-                 resolution: int = DEFAULT_RESOLUTION, num_threads: int | None = None):
+    def __init__(
+        self,
+        backend: str = "torch",
+        device=None,
+        cache_dir=None,
+        *,
+        resolution: int = DEFAULT_RESOLUTION,
+        num_threads: int | None = None,
+    ):
         if backend not in ("torch", "onnx"):
             raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         self.backend = backend
@@ -128,14 +142,20 @@ class EfficientNetLite0Extractor(Extractor):
             self._session = None
         else:
             if device is not None and torch.device(device).type != "cpu":
-                raise ValueError("the onnx backend runs on the CPU; use backend='torch' for "
-                                 f"device={str(device)!r}")
+                raise ValueError(
+                    "the onnx backend runs on the CPU; use backend='torch' for "
+                    f"device={str(device)!r}"
+                )
             self.device = torch.device("cpu")
             self.onnx_path = self._export_onnx(weights_dir(cache_dir))
             try:
                 self._session = _ort_session(self.onnx_path, num_threads)
             except Exception as err:  # onnxruntime raises its own types for unreadable graphs
-                log.warning("cached ONNX export %s is unusable (%s); exporting it again", self.onnx_path, err)
+                log.warning(
+                    "cached ONNX export %s is unusable (%s); exporting it again",
+                    self.onnx_path,
+                    err,
+                )
                 self.onnx_path.unlink(missing_ok=True)
                 self.onnx_path = self._export_onnx(weights_dir(cache_dir))
                 self._session = _ort_session(self.onnx_path, num_threads)
@@ -171,7 +191,9 @@ class EfficientNetLite0Extractor(Extractor):
                 self._buffer = np.empty(shape, dtype=np.float32)
             array = self._preprocessing.numpy(images, out=self._buffer)
             if self._session is not None:
-                return self._session.run(None, {self._input_name: array})[0].astype(np.float32, copy=False)
+                return self._session.run(None, {self._input_name: array})[0].astype(
+                    np.float32, copy=False
+                )
             x = torch.from_numpy(array)
         else:
             x = self._preprocessing.torch(images, self.device)
@@ -183,9 +205,12 @@ class EfficientNetLite0Extractor(Extractor):
     def _export_onnx(self, directory: Path) -> Path:
         """Export once per (resolution, weights, torch version, opset); reuse the file after."""
         tag = torch.__version__.replace("+", "_")
-        path = (Path(directory) / "onnx" /
-                f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
-                f"-torch{tag}-opset{ONNX_OPSET}.onnx")
+        path = (
+            Path(directory)
+            / "onnx"
+            / f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
+            f"-torch{tag}-opset{ONNX_OPSET}.onnx"
+        )
         if path.is_file():
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,9 +234,17 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, resolution: int) -> N
         # The TorchScript-based exporter is deprecated in favour of the torch.export one,
         # which needs the extra onnxscript package; the graph here is plain convolutions.
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (dummy,), str(path), input_names=["images"], output_names=["features"],
-                          dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}},
-                          opset_version=ONNX_OPSET, do_constant_folding=True, dynamo=False)
+        torch.onnx.export(
+            model,
+            (dummy,),
+            str(path),
+            input_names=["images"],
+            output_names=["features"],
+            dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
 
 
 def _ort_session(path: Path, num_threads: int | None):

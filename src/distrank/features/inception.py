@@ -29,7 +29,7 @@ import torch
 
 from .base import Extractor, full_precision, package_versions, resolve_device
 from .preprocess import check_images
-from .weights import WEIGHTS, file_sha256, load_state_dict, resolve_weights
+from .weights import WEIGHTS, file_sha256, load_state_dict, resolve_weights, weights_mismatch
 
 __all__ = ["InceptionExtractor", "build_inception", "INCEPTION_PREPROCESSING"]
 
@@ -62,7 +62,9 @@ def build_network(state_dict: dict[str, torch.Tensor]):
     buffer = io.BytesIO()
     torch.save(state_dict, buffer)  # tensors only: re-serialised from a weights_only load
     buffer.seek(0)
-    return FeatureExtractorInceptionV3("inception-v3-compat", ["2048"], feature_extractor_weights_path=buffer)
+    return FeatureExtractorInceptionV3(
+        "inception-v3-compat", ["2048"], feature_extractor_weights_path=buffer
+    )
 
 
 class InceptionExtractor(Extractor):
@@ -71,17 +73,35 @@ class InceptionExtractor(Extractor):
     name = "inception"
     dim = FEATURE_DIM
 
-    def __init__(self, backend: str = "torch", device=None, cache_dir=None, *,
-                 weights_path: str | Path | None = None, offline: bool | None = None,
-                 lockfile: str | Path | None = None):
+    def __init__(
+        self,
+        backend: str = "torch",
+        device=None,
+        cache_dir=None,
+        *,
+        weights_path: str | Path | None = None,
+        offline: bool | None = None,
+        lockfile: str | Path | None = None,
+    ):
         if backend != "torch":
-            raise ValueError(f"the inception extractor has only the 'torch' backend, got {backend!r}")
+            raise ValueError(
+                f"the inception extractor has only the 'torch' backend, got {backend!r}"
+            )
         self.backend = backend
         self.device = resolve_device(device)
-        path = Path(weights_path) if weights_path is not None else resolve_weights(
-            WEIGHTS["inception"], cache_dir, offline=offline, lockfile=lockfile)
+        path = (
+            Path(weights_path)
+            if weights_path is not None
+            else resolve_weights(
+                WEIGHTS["inception"], cache_dir, offline=offline, lockfile=lockfile
+            )
+        )
         self._weights = {"file": path.name, "sha256": file_sha256(path)}
-        self.model = build_network(load_state_dict(path)).to(self.device).eval()
+        try:
+            network = build_network(load_state_dict(path))
+        except RuntimeError as err:  # another network's weights (keys or shapes differ)
+            raise weights_mismatch(path, "the FID Inception-v3", err) from None
+        self.model = network.to(self.device).eval()
 
     @property
     def preprocessing(self) -> dict:
@@ -106,6 +126,8 @@ class InceptionExtractor(Extractor):
         return features.float().cpu().numpy()
 
 
-def build_inception(*, backend: str = "torch", device=None, cache_dir=None, **kwargs) -> InceptionExtractor:
+def build_inception(
+    *, backend: str = "torch", device=None, cache_dir=None, **kwargs
+) -> InceptionExtractor:
     """Registry factory for "inception" (kwargs: weights_path, offline, lockfile)."""
     return InceptionExtractor(backend=backend, device=device, cache_dir=cache_dir, **kwargs)

@@ -69,8 +69,9 @@ def resize_matrix(n_in: int, n_out: int, interpolation: str, antialias: bool) ->
     """
     eye = torch.eye(n_in, dtype=torch.float32).view(1, 1, n_in, n_in)
     with torch.no_grad():
-        rows = F.interpolate(eye, size=(n_out, n_in), mode=interpolation,
-                             align_corners=False, antialias=antialias)
+        rows = F.interpolate(
+            eye, size=(n_out, n_in), mode=interpolation, align_corners=False, antialias=antialias
+        )
     return rows[0, 0].to(torch.float32).numpy()
 
 
@@ -104,7 +105,9 @@ class Preprocessing:
         if len(self.size) != 2 or min(self.size) < 1:
             raise ValueError(f"size must be (height, width) with positive entries, got {self.size}")
         if self.interpolation not in INTERPOLATIONS:
-            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+            raise ValueError(
+                f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}"
+            )
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ValueError("mean and std must have 3 entries, std positive")
 
@@ -139,7 +142,9 @@ class Preprocessing:
         # (x * scale - mean) / std == x * gain + offset, per channel
         std = np.asarray(self.std, dtype=np.float64)
         gain = (self.scale / std).astype(np.float32).reshape(1, 3, 1, 1)
-        offset = (-np.asarray(self.mean, dtype=np.float64) / std).astype(np.float32).reshape(1, 3, 1, 1)
+        offset = (
+            (-np.asarray(self.mean, dtype=np.float64) / std).astype(np.float32).reshape(1, 3, 1, 1)
+        )
         return gain, offset
 
     def uses_matrices(self, height: int, width: int) -> bool:
@@ -159,17 +164,20 @@ class Preprocessing:
             out = np.empty(shape, dtype=np.float32)
         elif out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}")
-        x = images.transpose(0, 3, 1, 2).astype(np.float32)           # N, C, H, W
+        x = images.transpose(0, 3, 1, 2).astype(np.float32)  # N, C, H, W
         if (height, width) == tuple(self.size):
             resized = x
         elif self.uses_matrices(height, width):
             rows, cols = self._matrices(height, width)
-            x = np.matmul(rows, x)                                     # N, C, h, W: small GEMMs
+            x = np.matmul(rows, x)  # N, C, h, W: small GEMMs
             # one GEMM for the second axis (np.matmul broadcasting a transposed operand can
             # be far slower with a multithreaded BLAS); RGB goes straight into `out`
             resized = out if channels == 3 else np.empty((n, 1, *self.size), dtype=np.float32)
-            np.matmul(x.reshape(-1, width), np.ascontiguousarray(cols.T),
-                      out=resized.reshape(-1, self.size[1]))
+            np.matmul(
+                x.reshape(-1, width),
+                np.ascontiguousarray(cols.T),
+                out=resized.reshape(-1, self.size[1]),
+            )
         else:
             resized = self._interpolate(torch.from_numpy(x)).numpy()
         if self.round_to_uint8 and resized is not x:
@@ -177,7 +185,7 @@ class Preprocessing:
             np.floor(resized, out=resized)
             np.clip(resized, 0, 255, out=resized)
         gain, offset = self._affine()
-        for c in range(3):                   # a grayscale channel fills all three
+        for c in range(3):  # a grayscale channel fills all three
             np.multiply(resized[:, c if channels == 3 else 0], gain[0, c, 0, 0], out=out[:, c])
             out[:, c] += offset[0, c, 0, 0]
         return out
@@ -190,7 +198,9 @@ class Preprocessing:
         n, _, height, width = x.shape
         if (height, width) != tuple(self.size):
             if self.uses_matrices(height, width):
-                rows, cols = (torch.from_numpy(m).to(x.device) for m in self._matrices(height, width))
+                rows, cols = (
+                    torch.from_numpy(m).to(x.device) for m in self._matrices(height, width)
+                )
                 x = ((rows @ x).reshape(-1, width) @ cols.T).reshape(n, -1, *self.size)
             else:
                 x = self._interpolate(x)
@@ -200,8 +210,13 @@ class Preprocessing:
         return torch.addcmul(offset, x, gain).contiguous()
 
     def _interpolate(self, x: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(x, size=tuple(self.size), mode=self.interpolation,
-                             align_corners=False, antialias=self.antialias)
+        return F.interpolate(
+            x,
+            size=tuple(self.size),
+            mode=self.interpolation,
+            align_corners=False,
+            antialias=self.antialias,
+        )
 
     def __call__(self, images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
         """uint8 NHWC numpy batch -> normalised float32 NCHW tensor on ``device``."""

@@ -36,6 +36,7 @@ __all__ = [
     "file_sha256",
     "load_state_dict",
     "resolve_weights",
+    "weights_mismatch",
     "weights_dir",
 ]
 
@@ -56,8 +57,8 @@ class WeightsFile:
     filename: str
     url: str
     description: str
-    sha256: str | None = None          # full published digest, when there is one
-    sha256_prefix: str | None = None   # hex prefix published in the file name
+    sha256: str | None = None  # full published digest, when there is one
+    sha256_prefix: str | None = None  # hex prefix published in the file name
     size: int | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)  # same file under other names
 
@@ -66,7 +67,7 @@ WEIGHTS: dict[str, WeightsFile] = {
     "inception": WeightsFile(
         filename="pt_inception-2015-12-05-6726825d.pth",
         url="https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
-            "pt_inception-2015-12-05-6726825d.pth",
+        "pt_inception-2015-12-05-6726825d.pth",
         description="FID Inception-v3 (PyTorch port of the 2015-12-05 TensorFlow graph)",
         # the name carries the first 8 hex digits; the full digest as published alongside it
         sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
@@ -121,8 +122,10 @@ def resolve_weights(
             _check_digest(spec, candidate)
             return candidate
 
-    where = (f"put {spec.filename} ({spec.description}, from {spec.url}) into {directory.resolve()}/ "
-             f"(or point ${ENV_WEIGHTS_DIR} or the config's weights directory at a folder holding it)")
+    where = (
+        f"put {spec.filename} ({spec.description}, from {spec.url}) into {directory.resolve()}/ "
+        f"(or point ${ENV_WEIGHTS_DIR} or the config's weights directory at a folder holding it)"
+    )
     if offline if offline is not None else _offline_from_env():
         raise WeightsNotFoundError(f"offline and {spec.filename} is missing: {where}")
 
@@ -130,8 +133,13 @@ def resolve_weights(
 
     dest = directory / spec.filename
     try:
-        fetch(spec.url, dest, sha256=spec.sha256, size=spec.size,
-              lockfile=None if spec.sha256 else Path(lockfile or DEFAULT_LOCKFILE))
+        fetch(
+            spec.url,
+            dest,
+            sha256=spec.sha256,
+            size=spec.size,
+            lockfile=None if spec.sha256 else Path(lockfile or DEFAULT_LOCKFILE),
+        )
     except DownloadError as err:
         raise WeightsNotFoundError(f"could not download {spec.url} ({err}); {where}") from err
     try:
@@ -149,10 +157,15 @@ def _check_digest(spec: WeightsFile, path: Path) -> None:
     if spec.sha256 is not None:
         ok, wanted = digest == spec.sha256.lower(), spec.sha256.lower()
     else:
-        ok, wanted = digest.startswith(spec.sha256_prefix.lower()), f"a digest starting with {spec.sha256_prefix}"
+        ok, wanted = (
+            digest.startswith(spec.sha256_prefix.lower()),
+            f"a digest starting with {spec.sha256_prefix}",
+        )
     if not ok:
-        raise ValueError(f"{path} has sha256 {digest}, expected {wanted}: it is not {spec.description}; "
-                         f"remove it and fetch {spec.url}")
+        raise ValueError(
+            f"{path} has sha256 {digest}, expected {wanted}: it is not {spec.description}; "
+            f"remove it and fetch {spec.url}"
+        )
 
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -170,6 +183,13 @@ def file_sha256(path: str | os.PathLike) -> str:
                 digest.update(block)
         _DIGESTS[key] = digest.hexdigest()
     return _DIGESTS[key]
+
+
+def weights_mismatch(path: str | os.PathLike, network: str, err: RuntimeError) -> ValueError:
+    """The error for a weights file that does not fit ``network``, from the RuntimeError
+    of a strict ``load_state_dict`` (missing or unexpected keys, a size mismatch)."""
+    detail = " ".join(str(err).split())
+    return ValueError(f"{path} does not hold the weights of {network}: {detail[:600]}")
 
 
 def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -9,13 +9,23 @@ imports torch on first use.
 from distrank.metrics.registry import METRICS
 
 _LAZY = {
-    "GaussianStats": "fd", "frechet_distance": "fd", "frechet_distances": "fd",
-    "gaussian_stats": "fd", "pool_stats": "fd",
-    "KernelSums": "kd", "kd_subsets": "kd", "kernel_distance": "kd", "kernel_sums": "kd",
-    "KERNELS": "kernels", "Kernel": "kernels", "make_kernel": "kernels",
+    "GaussianStats": "fd",
+    "frechet_distance": "fd",
+    "frechet_distances": "fd",
+    "gaussian_stats": "fd",
+    "pool_stats": "fd",
+    "KernelSums": "kd",
+    "kd_subsets": "kd",
+    "kernel_distance": "kd",
+    "kernel_sums": "kd",
+    "KERNELS": "kernels",
+    "Kernel": "kernels",
+    "make_kernel": "kernels",
     "median_bandwidth": "kernels",
     "prdc": "prdc",
-    "client_scores": "scoring", "score": "scoring", "score_client": "scoring",
+    "client_scores": "scoring",
+    "score": "scoring",
+    "score_client": "scoring",
 }
 
 __all__ = ["METRICS", *_LAZY]

@@ -70,10 +70,19 @@ from distrank.metrics.scoring import score
 POOLED, AVERAGE = 0, 1
 
 
-def resampled_kernel_sums(reference, client_index, models: Sequence, kernel: Kernel,
-                          reference_counts, model_counts: Sequence, *, estimator: str,
-                          dtype: str = "float64", device=None,
-                          block_size: int = kd_.BLOCK_SIZE) -> list[kd_.KernelSums]:
+def resampled_kernel_sums(
+    reference,
+    client_index,
+    models: Sequence,
+    kernel: Kernel,
+    reference_counts,
+    model_counts: Sequence,
+    *,
+    estimator: str,
+    dtype: str = "float64",
+    device=None,
+    block_size: int = kd_.BLOCK_SIZE,
+) -> list[kd_.KernelSums]:
     """Kernel sums whose ``kd(estimator)`` is each resample's KD (module doc), for B
     resamples given by row counts.
 
@@ -121,8 +130,12 @@ def resampled_kernel_sums(reference, client_index, models: Sequence, kernel: Ker
         if center is not None:
             y = y - center
         v = torch.as_tensor(np.asarray(v), dtype=dt, device=dev)
-        xy.append(torch.stack([_weighted_cross_sums(xs[a], ws[a], y, v, kernel, block_size)
-                               for a in range(k)], dim=1))
+        xy.append(
+            torch.stack(
+                [_weighted_cross_sums(xs[a], ws[a], y, v, kernel, block_size) for a in range(k)],
+                dim=1,
+            )
+        )
         total, trace = self_sums(y, v)
         yy.append(total)
         yy_diag.append(trace)
@@ -131,9 +144,18 @@ def resampled_kernel_sums(reference, client_index, models: Sequence, kernel: Ker
     xy = torch.stack(xy, dim=1).cpu().numpy()  # (B, M, k)
     yy, yy_diag = torch.stack(yy, dim=1).cpu().numpy(), torch.stack(yy_diag, dim=1).cpu().numpy()
     model_sizes = np.asarray(model_sizes, dtype=np.int64)
-    return [kd_.KernelSums(client_sizes=sizes, model_sizes=model_sizes, xx=xx[b],
-                           xx_diag=xx_diag[b], xy=xy[b], yy=yy[b], yy_diag=yy_diag[b])
-            for b in range(n_resamples)]
+    return [
+        kd_.KernelSums(
+            client_sizes=sizes,
+            model_sizes=model_sizes,
+            xx=xx[b],
+            xx_diag=xx_diag[b],
+            xy=xy[b],
+            yy=yy[b],
+            yy_diag=yy_diag[b],
+        )
+        for b in range(n_resamples)
+    ]
 
 
 def _weighted_self_sums(x, w, kernel, block):
@@ -144,10 +166,10 @@ def _weighted_self_sums(x, w, kernel, block):
     trace = torch.zeros(w.shape[0], dtype=acc, device=x.device)
     copies = torch.zeros(w.shape[0], dtype=acc, device=x.device)
     for a0 in range(0, x.shape[0], block):
-        xa, wa = x[a0:a0 + block], w[:, a0:a0 + block]
+        xa, wa = x[a0 : a0 + block], w[:, a0 : a0 + block]
         for b0 in range(a0, x.shape[0], block):
-            kab = kernel(xa, x[b0:b0 + block])
-            form = ((wa @ kab) * w[:, b0:b0 + block]).sum(dim=1, dtype=acc)
+            kab = kernel(xa, x[b0 : b0 + block])
+            form = ((wa @ kab) * w[:, b0 : b0 + block]).sum(dim=1, dtype=acc)
             if b0 == a0:
                 total += form
                 diagonal = torch.diagonal(kab)
@@ -162,10 +184,10 @@ def _weighted_cross_sums(x, w, y, v, kernel, block):
     """sum_{r,j} w_r v_j k(x_r, y_j) for each resample (rows of w (B, n) and v (B, m))."""
     total = torch.zeros(w.shape[0], dtype=torch.float64, device=x.device)
     for a0 in range(0, x.shape[0], block):
-        xa, wa = x[a0:a0 + block], w[:, a0:a0 + block]
+        xa, wa = x[a0 : a0 + block], w[:, a0 : a0 + block]
         for c0 in range(0, y.shape[0], block):
-            kac = kernel(xa, y[c0:c0 + block])
-            total += ((wa @ kac) * v[:, c0:c0 + block]).sum(dim=1, dtype=torch.float64)
+            kac = kernel(xa, y[c0 : c0 + block])
+            total += ((wa @ kac) * v[:, c0 : c0 + block]).sum(dim=1, dtype=torch.float64)
     return total
 
 
@@ -190,14 +212,14 @@ class ScoreCube:
     def from_table(cls, table: pd.DataFrame, metrics, models, clients) -> ScoreCube:
         """The cube of one tidy score table (``metrics.score``'s columns)."""
         index = pd.MultiIndex.from_product([metrics, models, ["all", "avg", *clients]])
-        keyed = table.assign(agg=np.where(table.aggregation == "client", table.client,
-                                          table.aggregation))
+        keyed = table.assign(
+            agg=np.where(table.aggregation == "client", table.client, table.aggregation)
+        )
         values = keyed.set_index(["metric", "model", "agg"]).value.reindex(index)
         if values.isna().any():
             raise ValueError(f"scores lack {values[values.isna()].index.tolist()[:3]}")
         shape = (len(metrics), len(models), 2 + len(clients))
-        return cls(tuple(metrics), tuple(models), tuple(clients),
-                   values.to_numpy().reshape(shape))
+        return cls(tuple(metrics), tuple(models), tuple(clients), values.to_numpy().reshape(shape))
 
 
 @dataclass(frozen=True)
@@ -219,14 +241,27 @@ class BootstrapScores:
     n_defined: np.ndarray
 
 
-def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
-                     summary: Callable[[np.ndarray], np.ndarray],
-                     metrics: Sequence[str] = METRIC_KEYS, n_resamples: int = 1000,
-                     confidence_level: float = 0.95, seed: int = 0, batch: int | None = None,
-                     kernel: str = "poly", kernel_params=None, kd_estimator: str = "unbiased",
-                     weights: str = "size", pr_k: int = 3, dc_k: int = 5,
-                     dtype: str = "float32", device=None,
-                     block_size: int = kd_.BLOCK_SIZE) -> BootstrapScores:
+def bootstrap_scores(
+    reference,
+    clients,
+    models: Mapping[str, object],
+    *,
+    summary: Callable[[np.ndarray], np.ndarray],
+    metrics: Sequence[str] = METRIC_KEYS,
+    n_resamples: int = 1000,
+    confidence_level: float = 0.95,
+    seed: int = 0,
+    batch: int | None = None,
+    kernel: str = "poly",
+    kernel_params=None,
+    kd_estimator: str = "unbiased",
+    weights: str = "size",
+    pr_k: int = 3,
+    dc_k: int = 5,
+    dtype: str = "float32",
+    device=None,
+    block_size: int = kd_.BLOCK_SIZE,
+) -> BootstrapScores:
     """Percentile intervals of ``summary`` of the score cube, over bootstrap resamples.
 
     ``summary`` maps cube values (batch, n_metrics, M, 2 + k) to statistics
@@ -241,22 +276,34 @@ def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
     wanted = check_metrics(metrics)
     n_resamples = positive_int(n_resamples, "n_resamples")
     if not 0 < confidence_level < 1:
-        raise ValueError(f"confidence_level: expected a number in (0, 1), got "
-                         f"{confidence_level!r}")
+        raise ValueError(f"confidence_level: expected a number in (0, 1), got {confidence_level!r}")
     if "kd" in wanted and kd_estimator not in ("unbiased", "biased"):
-        raise ValueError(f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got "
-                         f"{kd_estimator!r}")
+        raise ValueError(
+            f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got {kd_estimator!r}"
+        )
     x = as_features(reference, "reference")
     groups = client_groups(clients, x.shape[0])
     ys = {str(g): as_features(y, f"models[{g!r}]") for g, y in models.items()}
     if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
-        kernel_params = {**(kernel_params or {}),
-                         "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed)}
-    options = dict(kernel=kernel, kernel_params=kernel_params, kd_estimator=kd_estimator,
-                   weights=weights, pr_k=pr_k, dc_k=dc_k, dtype=dtype, device=device,
-                   block_size=block_size, seed=seed)
-    point = ScoreCube.from_table(score(x, clients, ys, metrics=wanted, **options), wanted,
-                                 tuple(ys), tuple(groups.names))
+        kernel_params = {
+            **(kernel_params or {}),
+            "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed),
+        }
+    options = dict(
+        kernel=kernel,
+        kernel_params=kernel_params,
+        kd_estimator=kd_estimator,
+        weights=weights,
+        pr_k=pr_k,
+        dc_k=dc_k,
+        dtype=dtype,
+        device=device,
+        block_size=block_size,
+        seed=seed,
+    )
+    point = ScoreCube.from_table(
+        score(x, clients, ys, metrics=wanted, **options), wanted, tuple(ys), tuple(groups.names)
+    )
     rows = [groups.rows(c) for c in range(len(groups.sizes))]
     labels = np.asarray(clients)
     lam = groups.weights(weights)
@@ -264,7 +311,7 @@ def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
     others = [m for m in wanted if m != "kd"]
 
     def statistic(*samples, axis=-1):
-        client_draws, model_draws = samples[:len(rows)], samples[len(rows):]
+        client_draws, model_draws = samples[: len(rows)], samples[len(rows) :]
         batch_size = client_draws[0].shape[0]
         values = np.empty((batch_size,) + point.values.shape)
         if kern is not None:
@@ -272,19 +319,31 @@ def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
             for r, draws in zip(rows, client_draws):
                 counts[:, r] = row_counts(draws, len(r))
             sums = resampled_kernel_sums(
-                x, groups.index, list(ys.values()), kern, counts,
+                x,
+                groups.index,
+                list(ys.values()),
+                kern,
+                counts,
                 [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys.values())],
-                estimator=kd_estimator, dtype=dtype, device=device, block_size=block_size)
+                estimator=kd_estimator,
+                dtype=dtype,
+                device=device,
+                block_size=block_size,
+            )
             for b, s in enumerate(sums):
                 per_client, pooled = s.kd(kd_estimator)
                 values[b, wanted.index("kd")] = np.column_stack(
-                    [pooled, per_client @ lam, per_client])
+                    [pooled, per_client @ lam, per_client]
+                )
         for b in range(batch_size) if others else ():
             picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
-            table = score(x[torch.from_numpy(picked)], labels[picked],
-                          {g: y[torch.from_numpy(d[b])]
-                           for (g, y), d in zip(ys.items(), model_draws)},
-                          metrics=others, **options)
+            table = score(
+                x[torch.from_numpy(picked)],
+                labels[picked],
+                {g: y[torch.from_numpy(d[b])] for (g, y), d in zip(ys.items(), model_draws)},
+                metrics=others,
+                **options,
+            )
             cube = ScoreCube.from_table(table, others, point.models, point.clients)
             values[b, [wanted.index(m) for m in others]] = cube.values
         return summary(values)
@@ -292,10 +351,17 @@ def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
     data = [np.arange(len(r)) for r in rows] + [np.arange(y.shape[0]) for y in ys.values()]
     with warnings.catch_warnings():  # NaN statistics are handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        result = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=batch,
-                                 vectorized=True, paired=False,
-                                 confidence_level=confidence_level, method="percentile",
-                                 rng=np.random.default_rng(seed))
+        result = stats.bootstrap(
+            data,
+            statistic,
+            n_resamples=n_resamples,
+            batch=batch,
+            vectorized=True,
+            paired=False,
+            confidence_level=confidence_level,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
     distribution = np.atleast_2d(result.bootstrap_distribution)
     low = np.array(result.confidence_interval.low, dtype=np.float64, ndmin=1)
     high = np.array(result.confidence_interval.high, dtype=np.float64, ndmin=1)
@@ -303,8 +369,7 @@ def bootstrap_scores(reference, clients, models: Mapping[str, object], *,
     partly = (n_defined > 0) & (n_defined < distribution.shape[1])
     if partly.any():
         alpha = (1 - confidence_level) / 2
-        low[partly], high[partly] = np.nanquantile(distribution[partly], [alpha, 1 - alpha],
-                                                   axis=1)
+        low[partly], high[partly] = np.nanquantile(distribution[partly], [alpha, 1 - alpha], axis=1)
     return BootstrapScores(point, distribution, low, high, confidence_level, n_defined)
 
 
@@ -331,8 +396,11 @@ def pairwise_summary(values: np.ndarray) -> np.ndarray:
     for i in range(n_metrics):
         pooled, avg = values[:, i, :, POOLED], values[:, i, :, AVERAGE]
         tau = [stats.kendalltau(avg[b], pooled[b]).statistic for b in range(batch)]
-        out += [(pooled[:, g] - pooled[:, h]).T, (avg[:, g] - avg[:, h]).T,
-                np.asarray(tau)[None, :]]
+        out += [
+            (pooled[:, g] - pooled[:, h]).T,
+            (avg[:, g] - avg[:, h]).T,
+            np.asarray(tau)[None, :],
+        ]
     return np.concatenate(out, axis=0)
 
 
@@ -343,13 +411,24 @@ def score_intervals(result: BootstrapScores) -> pd.DataFrame:
     aggs = [("all", ""), ("avg", "")] + [("client", c) for c in cube.clients]
     rows = []
     for i, (metric, model, a) in enumerate(
-            (m, g, a) for m in cube.metrics for g in cube.models for a in range(len(aggs))):
+        (m, g, a) for m in cube.metrics for g in cube.models for a in range(len(aggs))
+    ):
         aggregation, client = aggs[a]
         j = (cube.metrics.index(metric), cube.models.index(model), a)
-        rows.append((model, metric, aggregation, client, float(cube.values[j]),
-                     float(result.low[i]), float(result.high[i])))
-    table = pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value",
-                                        "low", "high"])
+        rows.append(
+            (
+                model,
+                metric,
+                aggregation,
+                client,
+                float(cube.values[j]),
+                float(result.low[i]),
+                float(result.high[i]),
+            )
+        )
+    table = pd.DataFrame(
+        rows, columns=["model", "metric", "aggregation", "client", "value", "low", "high"]
+    )
     return table.sort_values(["model", "metric"], kind="mergesort").reset_index(drop=True)
 
 
@@ -374,16 +453,37 @@ def pairwise_intervals(result: BootstrapScores) -> tuple[pd.DataFrame, pd.DataFr
             scores = cube.values[i, :, (POOLED, AVERAGE)[a]]
             for p, (g, h) in enumerate(pairs):
                 j = base + a * len(pairs) + p
-                pair_rows.append((metric, aggregation, cube.models[g], cube.models[h],
-                                  scores[g], scores[h], point[j], result.low[j],
-                                  result.high[j]))
+                pair_rows.append(
+                    (
+                        metric,
+                        aggregation,
+                        cube.models[g],
+                        cube.models[h],
+                        scores[g],
+                        scores[h],
+                        point[j],
+                        result.low[j],
+                        result.high[j],
+                    )
+                )
         j = base + per_metric - 1
-        tau_rows.append((metric, point[j], result.low[j], result.high[j],
-                         int(result.n_defined[j])))
+        tau_rows.append((metric, point[j], result.low[j], result.high[j], int(result.n_defined[j])))
     extra = {"n_resamples": n_resamples, "confidence_level": result.confidence_level}
-    pair_table = pd.DataFrame(pair_rows, columns=["metric", "aggregation", "model_a",
-                                                  "model_b", "score_a", "score_b",
-                                                  "difference", "low", "high"])
-    tau_table = pd.DataFrame(tau_rows, columns=["metric", "kendall_tau", "low", "high",
-                                               "n_defined"])
+    pair_table = pd.DataFrame(
+        pair_rows,
+        columns=[
+            "metric",
+            "aggregation",
+            "model_a",
+            "model_b",
+            "score_a",
+            "score_b",
+            "difference",
+            "low",
+            "high",
+        ],
+    )
+    tau_table = pd.DataFrame(
+        tau_rows, columns=["metric", "kendall_tau", "low", "high", "n_defined"]
+    )
     return pair_table.assign(**extra), tau_table.assign(**extra)

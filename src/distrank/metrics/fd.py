@@ -57,11 +57,11 @@ def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianS
     dev = resolve_device(device)
     total = torch.zeros(d, dtype=torch.float64, device=dev)
     for b0 in range(0, n, block_size):
-        total += x[b0:b0 + block_size].to(dev).sum(dim=0, dtype=torch.float64)
+        total += x[b0 : b0 + block_size].to(dev).sum(dim=0, dtype=torch.float64)
     mean = total / n
     scatter = torch.zeros(d, d, dtype=torch.float64, device=dev)
     for b0 in range(0, n, block_size):
-        centred = x[b0:b0 + block_size].to(dev, torch.float64) - mean
+        centred = x[b0 : b0 + block_size].to(dev, torch.float64) - mean
         scatter += centred.T @ centred
     cov = (scatter + scatter.T) / (2 * (n - 1))  # exactly symmetric
     return GaussianStats(n, mean.cpu().numpy(), cov.cpu().numpy())
@@ -95,8 +95,9 @@ def frechet_distance(a: GaussianStats, b: GaussianStats, *, device=None) -> floa
     return float(frechet_distances([a], [b], device=device)[0, 0])
 
 
-def frechet_distances(references: Sequence[GaussianStats], models: Sequence[GaussianStats],
-                      *, device=None) -> np.ndarray:
+def frechet_distances(
+    references: Sequence[GaussianStats], models: Sequence[GaussianStats], *, device=None
+) -> np.ndarray:
     """FD of every (reference, model) pair as a (len(references), len(models)) array.
 
     Of each pair, the side with the lower rank bound min(n - 1, d) is factored

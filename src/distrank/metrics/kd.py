@@ -52,9 +52,16 @@ class KernelSums:
         """KD per (model, client) as an (M, k) array, and KD_all per model as (M,)."""
         if estimator not in ("unbiased", "biased"):
             raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
-        return _kd_terms(self.xx, self.xx_diag, self.xy, self.yy, self.yy_diag,
-                         self.client_sizes.astype(np.float64),
-                         self.model_sizes.astype(np.float64), estimator)
+        return _kd_terms(
+            self.xx,
+            self.xx_diag,
+            self.xy,
+            self.yy,
+            self.yy_diag,
+            self.client_sizes.astype(np.float64),
+            self.model_sizes.astype(np.float64),
+            estimator,
+        )
 
 
 def _kd_terms(xx, xx_diag, xy, yy, yy_diag, n_i, m, estimator):
@@ -78,9 +85,16 @@ def _self_term(total, diag, size, estimator):
     return total / size**2
 
 
-def kernel_sums(reference: torch.Tensor, client_index: np.ndarray, models: Iterable,
-                kernel: Kernel, *, dtype: str = "float32", device=None,
-                block_size: int = BLOCK_SIZE) -> KernelSums:
+def kernel_sums(
+    reference: torch.Tensor,
+    client_index: np.ndarray,
+    models: Iterable,
+    kernel: Kernel,
+    *,
+    dtype: str = "float32",
+    device=None,
+    block_size: int = BLOCK_SIZE,
+) -> KernelSums:
     """All the kernel sums of KD for the pooled reference, its clients and each model.
 
     ``reference`` is an (n, d) array; ``client_index`` (n,) holds each row's
@@ -136,8 +150,9 @@ def _model_sums(x, groups, y, center, kernel, block):
     y = y.to(device=x.device, dtype=x.dtype)
     if center is not None:
         y = y - center
-    s, diag = _symmetric_sums(y, torch.ones(y.shape[0], 1, dtype=x.dtype, device=x.device),
-                              kernel, block)
+    s, diag = _symmetric_sums(
+        y, torch.ones(y.shape[0], 1, dtype=x.dtype, device=x.device), kernel, block
+    )
     return _cross_sums(x, groups, y, kernel, block), s[0, 0], diag[0]
 
 
@@ -151,10 +166,10 @@ def _symmetric_sums(x, groups, kernel, block):
     pairs = torch.zeros(k, k, dtype=acc, device=x.device)
     diag = torch.zeros(k, dtype=acc, device=x.device)
     for a0 in range(0, n, block):
-        xa, ga = x[a0:a0 + block], groups[a0:a0 + block].to(acc)
+        xa, ga = x[a0 : a0 + block], groups[a0 : a0 + block].to(acc)
         for b0 in range(a0, n, block):
-            kab = kernel(xa, x[b0:b0 + block])
-            pair = ga.T @ (kab @ groups[b0:b0 + block]).to(acc)
+            kab = kernel(xa, x[b0 : b0 + block])
+            pair = ga.T @ (kab @ groups[b0 : b0 + block]).to(acc)
             if b0 == a0:
                 pairs += pair
                 diag += ga.T @ torch.diagonal(kab).to(acc)
@@ -168,10 +183,11 @@ def _cross_sums(x, groups, y, kernel, block):
     acc = torch.float64
     sums = torch.zeros(groups.shape[1], dtype=acc, device=x.device)
     for a0 in range(0, x.shape[0], block):
-        xa = x[a0:a0 + block]
-        rows = sum(kernel(xa, y[c0:c0 + block]).sum(dim=1).to(acc)
-                   for c0 in range(0, y.shape[0], block))
-        sums += groups[a0:a0 + block].to(acc).T @ rows
+        xa = x[a0 : a0 + block]
+        rows = sum(
+            kernel(xa, y[c0 : c0 + block]).sum(dim=1).to(acc) for c0 in range(0, y.shape[0], block)
+        )
+        sums += groups[a0 : a0 + block].to(acc).T @ rows
     return sums
 
 
@@ -198,15 +214,28 @@ class KDObjective:
     ``"unbiased"`` or ``"biased"``; kernel blocks in ``dtype``.
     """
 
-    def __init__(self, reference, client_index, kernel: Kernel, *,
-                 estimator: str = "unbiased", dtype: str = "float64", device=None,
-                 block_size: int = BLOCK_SIZE):
+    def __init__(
+        self,
+        reference,
+        client_index,
+        kernel: Kernel,
+        *,
+        estimator: str = "unbiased",
+        dtype: str = "float64",
+        device=None,
+        block_size: int = BLOCK_SIZE,
+    ):
         x = as_features(reference, "reference")
         index = np.asarray(client_index)
-        if index.shape != (x.shape[0],) or not np.issubdtype(index.dtype, np.integer) \
-                or index.min() < 0:
-            raise ValueError(f"client_index: expected {x.shape[0]} non-negative ints, got "
-                             f"{index.dtype} {index.shape}")
+        if (
+            index.shape != (x.shape[0],)
+            or not np.issubdtype(index.dtype, np.integer)
+            or index.min() < 0
+        ):
+            raise ValueError(
+                f"client_index: expected {x.shape[0]} non-negative ints, got "
+                f"{index.dtype} {index.shape}"
+            )
         if estimator not in ("unbiased", "biased"):
             raise ValueError(f"estimator: expected 'unbiased' or 'biased', got {estimator!r}")
         sizes = np.bincount(index)
@@ -225,20 +254,39 @@ class KDObjective:
     def __call__(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(KD(X_i, Y) for each client i, KD(X, Y) of the pooled reference X)."""
         if not isinstance(y, torch.Tensor) or y.ndim != 2 or y.shape[1] != self.dim:
-            raise ValueError(f"y: expected a torch tensor (m, {self.dim}), got "
-                             f"{getattr(y, 'shape', type(y).__name__)}")
+            raise ValueError(
+                f"y: expected a torch tensor (m, {self.dim}), got "
+                f"{getattr(y, 'shape', type(y).__name__)}"
+            )
         check_sizes({"y": y.shape[0]}, self.estimator)
-        xy, yy, yy_diag = _model_sums(self._x, self._groups, y, self._center, self.kernel,
-                                      self.block_size)
+        xy, yy, yy_diag = _model_sums(
+            self._x, self._groups, y, self._center, self.kernel, self.block_size
+        )
         m = torch.full((1,), float(y.shape[0]), dtype=torch.float64, device=xy.device)
-        kd_client, kd_all = _kd_terms(self._xx, self._xx_diag, xy[None, :], yy[None],
-                                      yy_diag[None], self.client_sizes, m, self.estimator)
+        kd_client, kd_all = _kd_terms(
+            self._xx,
+            self._xx_diag,
+            xy[None, :],
+            yy[None],
+            yy_diag[None],
+            self.client_sizes,
+            m,
+            self.estimator,
+        )
         return kd_client[0], kd_all[0]
 
 
-def kernel_distance(x, y, *, kernel: str = "poly", kernel_params=None,
-                    estimator: str = "unbiased", dtype: str = "float64", device=None,
-                    block_size: int = BLOCK_SIZE) -> float:
+def kernel_distance(
+    x,
+    y,
+    *,
+    kernel: str = "poly",
+    kernel_params=None,
+    estimator: str = "unbiased",
+    dtype: str = "float64",
+    device=None,
+    block_size: int = BLOCK_SIZE,
+) -> float:
     """KD(X, Y) of one pair on the full samples (U- or V-statistic, see the module doc).
 
     rbf and laplace need ``kernel_params={"bandwidth": ...}``.
@@ -248,13 +296,29 @@ def kernel_distance(x, y, *, kernel: str = "poly", kernel_params=None,
         raise ValueError(f"y: dimension {y.shape[1]} does not match x's {x.shape[1]}")
     check_sizes({"x": x.shape[0], "y": y.shape[0]}, estimator)
     k = make_kernel(kernel, kernel_params, x.shape[1])
-    sums = kernel_sums(x, np.zeros(x.shape[0], dtype=np.int64), [y], k, dtype=dtype,
-                       device=device, block_size=block_size)
+    sums = kernel_sums(
+        x,
+        np.zeros(x.shape[0], dtype=np.int64),
+        [y],
+        k,
+        dtype=dtype,
+        device=device,
+        block_size=block_size,
+    )
     return float(sums.kd(estimator)[1][0])
 
 
-def kd_subsets(x, y, kernel: Kernel, *, n_subsets: int = 100, subset_size: int = 1000,
-               seed: int = 0, dtype: str = "float64", device=None) -> tuple[float, float]:
+def kd_subsets(
+    x,
+    y,
+    kernel: Kernel,
+    *,
+    n_subsets: int = 100,
+    subset_size: int = 1000,
+    seed: int = 0,
+    dtype: str = "float64",
+    device=None,
+) -> tuple[float, float]:
     """KID-style KD: mean and std (ddof=0) of the U-statistic over random subsets.
 
     Each of ``n_subsets`` draws takes ``subset_size`` rows of Y, then of X, without

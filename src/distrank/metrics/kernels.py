@@ -31,8 +31,9 @@ _PARAMETERS = {
 }
 
 
-def poly_kernel(x: torch.Tensor, y: torch.Tensor, *, degree: int, gamma: float,
-                coef0: float) -> torch.Tensor:
+def poly_kernel(
+    x: torch.Tensor, y: torch.Tensor, *, degree: int, gamma: float, coef0: float
+) -> torch.Tensor:
     """k(x, y) = (gamma <x, y> + coef0)^degree for all row pairs (one GEMM)."""
     return torch.mm(x, y.T).mul_(gamma).add_(coef0).pow_(degree)
 
@@ -42,8 +43,12 @@ def sq_norms(x: torch.Tensor) -> torch.Tensor:
     return (x * x).sum(dim=1)
 
 
-def sq_euclidean(x: torch.Tensor, y: torch.Tensor, x_sq: torch.Tensor | None = None,
-                 y_sq: torch.Tensor | None = None) -> torch.Tensor:
+def sq_euclidean(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_sq: torch.Tensor | None = None,
+    y_sq: torch.Tensor | None = None,
+) -> torch.Tensor:
     """|x - y|^2 = |x|^2 + |y|^2 - 2 <x, y> for all row pairs, clamped at 0.
 
     ``x_sq`` and ``y_sq`` are the rows' squared norms (:func:`sq_norms`), computed
@@ -51,7 +56,9 @@ def sq_euclidean(x: torch.Tensor, y: torch.Tensor, x_sq: torch.Tensor | None = N
     """
     x_sq = sq_norms(x) if x_sq is None else x_sq
     y_sq = sq_norms(y) if y_sq is None else y_sq
-    return torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0).add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
+    return (
+        torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0).add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
+    )
 
 
 def rbf_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
@@ -70,8 +77,12 @@ def linear_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.mm(x, y.T)
 
 
-_FUNCTIONS = {"poly": poly_kernel, "rbf": rbf_kernel, "laplace": laplace_kernel,
-              "linear": linear_kernel}
+_FUNCTIONS = {
+    "poly": poly_kernel,
+    "rbf": rbf_kernel,
+    "laplace": laplace_kernel,
+    "linear": linear_kernel,
+}
 
 
 @dataclass(frozen=True)
@@ -111,8 +122,10 @@ def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
     params = dict(params or {})
     unknown = sorted(set(params) - set(_PARAMETERS[name]))
     if unknown:
-        raise ValueError(f"kernel_params: unknown parameter(s) {unknown} for kernel {name!r} "
-                         f"(allowed: {list(_PARAMETERS[name])})")
+        raise ValueError(
+            f"kernel_params: unknown parameter(s) {unknown} for kernel {name!r} "
+            f"(allowed: {list(_PARAMETERS[name])})"
+        )
     if name == "poly":
         degree = positive_int(params.get("degree", 3), "kernel_params: degree")
         gamma = params.get("gamma")
@@ -121,14 +134,16 @@ def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
         return Kernel(name, {"degree": degree, "gamma": gamma, "coef0": coef0})
     if name in ("rbf", "laplace"):
         if "bandwidth" not in params:
-            raise ValueError(f"kernel_params: kernel {name!r} needs a 'bandwidth' "
-                             "(see median_bandwidth)")
+            raise ValueError(
+                f"kernel_params: kernel {name!r} needs a 'bandwidth' (see median_bandwidth)"
+            )
         return Kernel(name, {"bandwidth": _positive(params["bandwidth"], "bandwidth")})
     return Kernel(name, {})
 
 
-def median_bandwidth(reference, *, kernel: str = "rbf", max_rows: int = 1000,
-                     seed: int = 0) -> float:
+def median_bandwidth(
+    reference, *, kernel: str = "rbf", max_rows: int = 1000, seed: int = 0
+) -> float:
     """Median heuristic: the median distance between distinct reference rows.
 
     Euclidean distance for ``rbf``, L1 for ``laplace``, over at most ``max_rows``

@@ -48,6 +48,7 @@ from distrank._backend import (
 )
 from distrank.metrics.kernels import sq_euclidean, sq_norms
 from distrank.metrics.registry import PRDC as METRICS
+
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 _BLOCK_ELEMENTS = 2**24
 
@@ -99,20 +100,28 @@ def prdc(
     fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
     for name, y in fakes.items():
         if y.shape[1] != d:
-            raise ValueError(f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                             f"the reference dimension {d}")
+            raise ValueError(
+                f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                f"the reference dimension {d}"
+            )
         if "recall" in wanted and y.shape[0] < pr_k + 1:
-            raise ValueError(f"models[{name!r}]: {y.shape[0]} rows; recall with "
-                             f"pr_k={pr_k} needs at least {pr_k + 1}")
+            raise ValueError(
+                f"models[{name!r}]: {y.shape[0]} rows; recall with "
+                f"pr_k={pr_k} needs at least {pr_k + 1}"
+            )
     labels, groups, order = _client_groups(clients, n)
     # k of the reference radii: pooled and within every client.
-    ref_ks = sorted({pr_k for m in wanted if m == "precision"}
-                    | {dc_k for m in wanted if m in ("density", "coverage")})
+    ref_ks = sorted(
+        {pr_k for m in wanted if m == "precision"}
+        | {dc_k for m in wanted if m in ("density", "coverage")}
+    )
     for label, (start, stop) in zip(labels, groups):
         for k in ref_ks:
             if stop - start < k + 1:
-                raise ValueError(f"clients: client {label!r} has {stop - start} rows; "
-                                 f"k={k} nearest neighbours need at least {k + 1}")
+                raise ValueError(
+                    f"clients: client {label!r} has {stop - start} rows; "
+                    f"k={k} nearest neighbours need at least {k + 1}"
+                )
 
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
@@ -128,8 +137,7 @@ def prdc(
     for name, y in fakes.items():
         fake = y.to(device=device, dtype=dtype_, copy=True)
         fake -= center
-        hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2,
-                      wanted, pr_k, dc_k, block)
+        hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, block)
         result[name] = _values(hits, labels, groups, wanted, dc_k, fake.shape[0])
     return result
 
@@ -215,8 +223,11 @@ def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, b
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
         # (client index, first row, end row) of each client within this row block
-        segments = [(c, max(a, r0) - r0, min(b, r1) - r0)
-                    for c, (a, b) in enumerate(groups) if a < r1 and b > r0]
+        segments = [
+            (c, max(a, r0) - r0, min(b, r1) - r0)
+            for c, (a, b) in enumerate(groups)
+            if a < r1 and b > r0
+        ]
         for c0 in range(0, m, block):
             c1 = min(m, c0 + block)
             d2 = sq_euclidean(ref[r0:r1], fake[c0:c1], ref_sq[r0:r1], fake_sq[c0:c1])
@@ -234,8 +245,7 @@ def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, b
             if "coverage" in wanted:
                 torch.minimum(nearest_d2[r0:r1], d2.amin(dim=1), out=nearest_d2[r0:r1])
     if "coverage" in wanted:
-        hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k],
-                                        nearest_d2 < client_r2[dc_k]])
+        hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k], nearest_d2 < client_r2[dc_k]])
     return {metric: h.cpu() for metric, h in hits.items()}
 
 

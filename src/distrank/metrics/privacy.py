@@ -135,12 +135,23 @@ def epsilon_spent(*, noise_multiplier: float, n_releases: int, delta: float) -> 
 def client_budget(*, epsilon: float, delta: float, n_releases: int) -> PrivacyBudget:
     """Split a client's (``epsilon``, ``delta``) equally over ``n_releases`` releases."""
     z = noise_multiplier(epsilon=epsilon, delta=delta, n_releases=n_releases)
-    return PrivacyBudget(float(epsilon), float(delta), int(n_releases), z,
-                         epsilon_spent(noise_multiplier=z, n_releases=n_releases, delta=delta))
+    return PrivacyBudget(
+        float(epsilon),
+        float(delta),
+        int(n_releases),
+        z,
+        epsilon_spent(noise_multiplier=z, n_releases=n_releases, delta=delta),
+    )
 
 
-def release_kd(kd_client, client_sizes, *, budget: PrivacyBudget, estimator: str = "unbiased",
-               rng: np.random.Generator) -> np.ndarray:
+def release_kd(
+    kd_client,
+    client_sizes,
+    *,
+    budget: PrivacyBudget,
+    estimator: str = "unbiased",
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Each client's KD of each model plus its Gaussian noise: what the clients release.
 
     ``kd_client`` is (M, k) (model, client) or (draws, M, k); ``client_sizes`` (k,)
@@ -150,24 +161,39 @@ def release_kd(kd_client, client_sizes, *, budget: PrivacyBudget, estimator: str
     """
     values = np.asarray(kd_client, dtype=np.float64)
     if values.ndim not in (2, 3):
-        raise ValueError(f"kd_client: expected an (M, k) or (draws, M, k) array, "
-                         f"got shape {values.shape}")
+        raise ValueError(
+            f"kd_client: expected an (M, k) or (draws, M, k) array, got shape {values.shape}"
+        )
     sizes = np.asarray(client_sizes)
     if sizes.shape != (values.shape[-1],):
-        raise ValueError(f"client_sizes: expected {values.shape[-1]} sizes (one per client), "
-                         f"got shape {sizes.shape}")
+        raise ValueError(
+            f"client_sizes: expected {values.shape[-1]} sizes (one per client), "
+            f"got shape {sizes.shape}"
+        )
     if budget.n_releases != values.shape[-2]:
-        raise ValueError(f"budget: split over {budget.n_releases} releases, but each client "
-                         f"releases {values.shape[-2]} values (one per model)")
-    std = np.array([budget.noise_std(kd_sensitivity(int(n), estimator=estimator))
-                    for n in sizes])
+        raise ValueError(
+            f"budget: split over {budget.n_releases} releases, but each client "
+            f"releases {values.shape[-2]} values (one per model)"
+        )
+    std = np.array([budget.noise_std(kd_sensitivity(int(n), estimator=estimator)) for n in sizes])
     return values + rng.standard_normal(values.shape) * std
 
 
-def private_scores(reference, clients, models: Mapping[str, object], *, epsilon: float,
-                   delta: float, kernel: str = "rbf", kernel_params=None,
-                   kd_estimator: str = "unbiased", weights: str = "size", seed: int = 0,
-                   dtype: str = "float32", device=None) -> tuple[pd.DataFrame, PrivacyBudget]:
+def private_scores(
+    reference,
+    clients,
+    models: Mapping[str, object],
+    *,
+    epsilon: float,
+    delta: float,
+    kernel: str = "rbf",
+    kernel_params=None,
+    kd_estimator: str = "unbiased",
+    weights: str = "size",
+    seed: int = 0,
+    dtype: str = "float32",
+    device=None,
+) -> tuple[pd.DataFrame, PrivacyBudget]:
     """KD of every model as private clients release it, and each client's budget.
 
     Every client releases its KD of each model through :func:`release_kd` with
@@ -179,24 +205,39 @@ def private_scores(reference, clients, models: Mapping[str, object], *, epsilon:
     without the clients' rows. Noise comes from ``numpy.random.default_rng(seed)``.
     """
     if kernel not in BOUNDED_KERNELS:
-        raise ValueError(f"kernel: private KD needs a kernel bounded in [0, 1] with "
-                         f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {kernel!r}")
+        raise ValueError(
+            f"kernel: private KD needs a kernel bounded in [0, 1] with "
+            f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {kernel!r}"
+        )
     if "bandwidth" not in (kernel_params or {}):
-        raise ValueError("kernel_params: private KD needs an explicit 'bandwidth' fixed "
-                         "without the clients' rows (a median on them would be a release)")
+        raise ValueError(
+            "kernel_params: private KD needs an explicit 'bandwidth' fixed "
+            "without the clients' rows (a median on them would be a release)"
+        )
     if kd_estimator not in ESTIMATORS:
         raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {kd_estimator!r}")
-    table = score(reference, clients, models, metrics=("kd",), kernel=kernel,
-                  kernel_params=kernel_params, kd_estimator=kd_estimator, weights=weights,
-                  seed=seed, dtype=dtype, device=device)
+    table = score(
+        reference,
+        clients,
+        models,
+        metrics=("kd",),
+        kernel=kernel,
+        kernel_params=kernel_params,
+        kd_estimator=kd_estimator,
+        weights=weights,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+    )
     local = table[table.aggregation == "client"]
     groups = client_groups(clients, len(np.asarray(clients)))
     names = list(dict.fromkeys(local.model))
     values = local.pivot(index="model", columns="client", values="value")
     values = values.loc[names, groups.names].to_numpy()
     budget = client_budget(epsilon=epsilon, delta=delta, n_releases=len(names))
-    noisy = release_kd(values, groups.sizes, budget=budget, estimator=kd_estimator,
-                       rng=np.random.default_rng(seed))
+    noisy = release_kd(
+        values, groups.sizes, budget=budget, estimator=kd_estimator, rng=np.random.default_rng(seed)
+    )
     avg = noisy @ groups.weights(weights)
     rows = []
     for g, model in enumerate(names):

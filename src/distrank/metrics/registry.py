@@ -44,14 +44,22 @@ def register(metric: Metric) -> Metric:
 
 _SCORING = "distrank.metrics.scoring"
 for _metric in (
-    Metric("kd", "KD", False,
-           "Theorem 1: KD_avg = KD_all + sum_i lambda_i KD(P_bar, P_i), a model-free offset",
-           f"{_SCORING}:_score_kd"),
+    Metric(
+        "kd",
+        "KD",
+        False,
+        "Theorem 1: KD_avg = KD_all + sum_i lambda_i KD(P_bar, P_i), a model-free offset",
+        f"{_SCORING}:_score_kd",
+    ),
     Metric("fd", "FD", False, "", f"{_SCORING}:_score_fd"),
     Metric("precision", "Precision", True, "", f"{_SCORING}:_score_prdc"),
-    Metric("recall", "Recall", True,
-           "exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
-           "the clients)", f"{_SCORING}:_score_prdc"),
+    Metric(
+        "recall",
+        "Recall",
+        True,
+        "exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores the clients)",
+        f"{_SCORING}:_score_prdc",
+    ),
     Metric("density", "Density", True, "", f"{_SCORING}:_score_prdc"),
     Metric("coverage", "Coverage", True, "", f"{_SCORING}:_score_prdc"),
 ):
@@ -78,6 +86,7 @@ def check_metrics(metrics, known=METRIC_KEYS) -> tuple[str, ...]:
     wanted = tuple(dict.fromkeys(metrics))
     bad = [m for m in wanted if m not in known]
     if bad or not wanted:
-        raise ValueError(f"metrics: expected a non-empty subset of {tuple(known)}, "
-                         f"got {tuple(metrics)!r}")
+        raise ValueError(
+            f"metrics: expected a non-empty subset of {tuple(known)}, got {tuple(metrics)!r}"
+        )
     return wanted

@@ -60,19 +60,34 @@ class Inputs:
 
     def sizes(self, *, models: bool = True) -> dict[str, int]:
         """Rows of every client (and model), keyed by how an error names them."""
-        sizes = {f"clients: client {name!r}": int(size)
-                 for name, size in zip(self.groups.names, self.groups.sizes)}
+        sizes = {
+            f"clients: client {name!r}": int(size)
+            for name, size in zip(self.groups.names, self.groups.sizes)
+        }
         if models:
             sizes |= {f"models[{name!r}]": y.shape[0] for name, y in self.models.items()}
         return sizes
 
 
-def score(reference, clients, models: Mapping[str, object], *,
-          metrics: Sequence[str] = METRIC_KEYS, kernel: str = "poly", kernel_params=None,
-          kd_estimator: str = "unbiased", n_subsets: int = 100, subset_size: int = 1000,
-          seed: int = 0, weights: str = "size", pr_k: int = 3, dc_k: int = 5,
-          dtype: str = "float32", device=None, block_size: int = kd_.BLOCK_SIZE,
-          ) -> pd.DataFrame:
+def score(
+    reference,
+    clients,
+    models: Mapping[str, object],
+    *,
+    metrics: Sequence[str] = METRIC_KEYS,
+    kernel: str = "poly",
+    kernel_params=None,
+    kd_estimator: str = "unbiased",
+    n_subsets: int = 100,
+    subset_size: int = 1000,
+    seed: int = 0,
+    weights: str = "size",
+    pr_k: int = 3,
+    dc_k: int = 5,
+    dtype: str = "float32",
+    device=None,
+    block_size: int = kd_.BLOCK_SIZE,
+) -> pd.DataFrame:
     """Every metric of every model: pooled (``all``), client average (``avg``), per client.
 
     Args:
@@ -107,10 +122,24 @@ def score(reference, clients, models: Mapping[str, object], *,
     x = as_features(reference, "reference")
     groups = client_groups(clients, x.shape[0])
     lam = groups.weights(weights)
-    inputs = Inputs(x, groups, _check_models(models, x.shape[1]), dict(
-        kernel=kernel, kernel_params=kernel_params, kd_estimator=kd_estimator,
-        n_subsets=n_subsets, subset_size=subset_size, seed=seed, pr_k=pr_k, dc_k=dc_k,
-        dtype=dtype, block_size=block_size), resolve_device(device))
+    inputs = Inputs(
+        x,
+        groups,
+        _check_models(models, x.shape[1]),
+        dict(
+            kernel=kernel,
+            kernel_params=kernel_params,
+            kd_estimator=kd_estimator,
+            n_subsets=n_subsets,
+            subset_size=subset_size,
+            seed=seed,
+            pr_k=pr_k,
+            dc_k=dc_k,
+            dtype=dtype,
+            block_size=block_size,
+        ),
+        resolve_device(device),
+    )
     by_function: dict[Callable, list[str]] = {}
     for key in wanted:
         by_function.setdefault(METRICS[key].function(), []).append(key)
@@ -129,25 +158,46 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     kd_.check_sizes(inputs.sizes(), estimator, o["subset_size"])
     params = o["kernel_params"]
     if needs_bandwidth(o["kernel"], params):
-        params = {**(params or {}),
-                  "bandwidth": median_bandwidth(x, kernel=o["kernel"], seed=o["seed"])}
+        params = {
+            **(params or {}),
+            "bandwidth": median_bandwidth(x, kernel=o["kernel"], seed=o["seed"]),
+        }
     kern = make_kernel(o["kernel"], params, x.shape[1])
 
     def run() -> Values:
         if estimator != "subsets":
-            sums = kd_.kernel_sums(x, groups.index, inputs.models.values(), kern,
-                                   dtype=o["dtype"], device=inputs.device,
-                                   block_size=o["block_size"])
+            sums = kd_.kernel_sums(
+                x,
+                groups.index,
+                inputs.models.values(),
+                kern,
+                dtype=o["dtype"],
+                device=inputs.device,
+                block_size=o["block_size"],
+            )
             per_client, pooled = sums.kd(estimator)
-            return {name: {"kd": (float(pooled[g]), per_client[g])}
-                    for g, name in enumerate(inputs.models)}
+            return {
+                name: {"kd": (float(pooled[g]), per_client[g])}
+                for g, name in enumerate(inputs.models)
+            }
         parts = [x] + [inputs.client_rows(c) for c in range(len(groups.sizes))]
         out = {}
         for name, y in inputs.models.items():
-            runs = np.array([kd_.kd_subsets(p, y, kern, n_subsets=o["n_subsets"],
-                                            subset_size=o["subset_size"], seed=o["seed"],
-                                            dtype=o["dtype"], device=inputs.device)
-                             for p in parts])
+            runs = np.array(
+                [
+                    kd_.kd_subsets(
+                        p,
+                        y,
+                        kern,
+                        n_subsets=o["n_subsets"],
+                        subset_size=o["subset_size"],
+                        seed=o["seed"],
+                        dtype=o["dtype"],
+                        device=inputs.device,
+                    )
+                    for p in parts
+                ]
+            )
             out[name] = {"kd": (runs[0, 0], runs[1:, 0]), "kd_std": (runs[0, 1], runs[1:, 1])}
         return out
 
@@ -162,12 +212,15 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
 
     def run() -> Values:
         dev = inputs.device
-        stats = [gaussian_stats(inputs.client_rows(c), device=dev)
-                 for c in range(len(inputs.groups.sizes))]
+        stats = [
+            gaussian_stats(inputs.client_rows(c), device=dev)
+            for c in range(len(inputs.groups.sizes))
+        ]
         model_stats = [gaussian_stats(y, device=dev) for y in inputs.models.values()]
         fd = frechet_distances(stats + [pool_stats(stats)], model_stats, device=dev)
-        return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])}
-                for g, name in enumerate(inputs.models)}
+        return {
+            name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(inputs.models)
+        }
 
     return run
 
@@ -178,31 +231,54 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     pr_k, dc_k = positive_int(o["pr_k"], "pr_k"), positive_int(o["dc_k"], "dc_k")
     # k-NN radii need k + 1 rows: clients for precision (pr_k), density and coverage
     # (dc_k); models for recall (pr_k).
-    client_k = ([pr_k] if "precision" in keys else []) \
-        + ([dc_k] if {"density", "coverage"} & set(keys) else [])
+    client_k = ([pr_k] if "precision" in keys else []) + (
+        [dc_k] if {"density", "coverage"} & set(keys) else []
+    )
     needs = {name: client_k for name in inputs.sizes(models=False)}
     if "recall" in keys:
         needs |= {f"models[{name!r}]": [pr_k] for name in inputs.models}
     sizes = inputs.sizes()
     for name, ks in needs.items():
         if ks and sizes[name] < max(ks) + 1:
-            raise ValueError(f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
-                             f"need at least {max(ks) + 1}")
+            raise ValueError(
+                f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
+                f"need at least {max(ks) + 1}"
+            )
 
     def run() -> Values:
-        result = prdc(inputs.reference, groups.index, inputs.models, pr_k=pr_k, dc_k=dc_k,
-                      metrics=keys, dtype=o["dtype"], device=inputs.device)
-        return {name: {metric: (float(result[name][metric]["all"]),
-                                np.array([result[name][metric][str(c)]
-                                          for c in range(len(groups.names))]))
-                       for metric in keys} for name in inputs.models}
+        result = prdc(
+            inputs.reference,
+            groups.index,
+            inputs.models,
+            pr_k=pr_k,
+            dc_k=dc_k,
+            metrics=keys,
+            dtype=o["dtype"],
+            device=inputs.device,
+        )
+        return {
+            name: {
+                metric: (
+                    float(result[name][metric]["all"]),
+                    np.array([result[name][metric][str(c)] for c in range(len(groups.names))]),
+                )
+                for metric in keys
+            }
+            for name in inputs.models
+        }
 
     return run
 
 
-def score_client(client_features, models: Mapping[str, object], *,
-                 metrics: Sequence[str] = METRIC_KEYS, kernel: str = "poly",
-                 kernel_params=None, **options) -> dict[str, dict[str, float]]:
+def score_client(
+    client_features,
+    models: Mapping[str, object],
+    *,
+    metrics: Sequence[str] = METRIC_KEYS,
+    kernel: str = "poly",
+    kernel_params=None,
+    **options,
+) -> dict[str, dict[str, float]]:
     """One client's scores of every model: what a client computes without sharing data.
 
     ``options`` are those of :func:`score` (but ``weights``); the result maps each
@@ -214,11 +290,20 @@ def score_client(client_features, models: Mapping[str, object], *,
     """
     wanted = check_metrics(metrics)
     if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
-        raise ValueError(f"kernel_params: kernel {kernel!r} needs an explicit 'bandwidth' for "
-                         "client scores (one bandwidth shared by all clients)")
+        raise ValueError(
+            f"kernel_params: kernel {kernel!r} needs an explicit 'bandwidth' for "
+            "client scores (one bandwidth shared by all clients)"
+        )
     x = as_features(client_features, "client_features")
-    table = score(x, np.zeros(x.shape[0], dtype=np.int64), models, metrics=wanted,
-                  kernel=kernel, kernel_params=kernel_params, **options)
+    table = score(
+        x,
+        np.zeros(x.shape[0], dtype=np.int64),
+        models,
+        metrics=wanted,
+        kernel=kernel,
+        kernel_params=kernel_params,
+        **options,
+    )
     pooled = table[table.aggregation == "all"]
     out: dict[str, dict[str, float]] = {}
     for row in pooled.itertuples():
@@ -238,8 +323,10 @@ def _check_models(models, d: int) -> dict[str, torch.Tensor]:
     for name, y in models.items():
         y = as_features(y, f"models[{name!r}]")
         if y.shape[1] != d:
-            raise ValueError(f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                             f"the reference dimension {d}")
+            raise ValueError(
+                f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                f"the reference dimension {d}"
+            )
         ys[str(name)] = y
     if len(ys) != len(models):
         raise ValueError("models: names are not distinct as strings")

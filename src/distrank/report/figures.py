@@ -99,7 +99,9 @@ def new_figure(
         raise ValueError(f"width must be 'single', 'double' or inches, got {width!r}")
     if height is None:
         height = 0.8 * inches / ncols * nrows
-    fig, axes = plt.subplots(nrows, ncols, figsize=(inches, height), squeeze=False, layout="constrained", **subplot_kw)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(inches, height), squeeze=False, layout="constrained", **subplot_kw
+    )
     return fig, axes
 
 
@@ -134,7 +136,9 @@ def metric_label(metric: str, extractor: str, aggregation: str | None = None) ->
     return f"{name} on {EXTRACTOR_NAMES.get(extractor, extractor)} features"
 
 
-def save(fig: Figure, stem: str | os.PathLike[str], *, dpi: int = 200, close: bool = True) -> dict[str, Path]:
+def save(
+    fig: Figure, stem: str | os.PathLike[str], *, dpi: int = 200, close: bool = True
+) -> dict[str, Path]:
     """Write ``stem.pdf`` and ``stem.png`` (``dpi``) atomically, without timestamps.
 
     Returns the paths keyed by ``"pdf"`` and ``"png"``. Closes ``fig`` unless

@@ -74,7 +74,9 @@ def _is_numeric(series: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
 
 
-def to_markdown(df: pd.DataFrame, *, caption: str | None = None, float_format: FloatFormat = ".4g") -> str:
+def to_markdown(
+    df: pd.DataFrame, *, caption: str | None = None, float_format: FloatFormat = ".4g"
+) -> str:
     """Pipe table (numbers right-aligned), preceded by ``Table: caption`` if given."""
     cells = format_cells(df, float_format)
     colalign = tuple("right" if _is_numeric(df[c]) else "left" for c in df.columns)
@@ -99,7 +101,9 @@ def to_latex(
         " & ".join(latex_escape(str(c)) for c in df.columns) + r" \\",
         r"\midrule",
     ]
-    lines += [" & ".join(latex_escape(v) for v in row) + r" \\" for row in cells.itertuples(index=False)]
+    lines += [
+        " & ".join(latex_escape(v) for v in row) + r" \\" for row in cells.itertuples(index=False)
+    ]
     lines += [r"\bottomrule", r"\end{tabular}"]
     if caption:
         float_lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(caption)}}}"]

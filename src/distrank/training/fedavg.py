@@ -2,8 +2,8 @@ r"""FedAvg training of the zoo's class-conditional GAN, and its central baseline
 
 Round r: every client i starts from the global generator G and discriminator D, runs
 ``local_steps`` steps of the zoo's cGAN training (:func:`~distrank.zoo.cgan.train_step`:
-hinge loss, Adam at two time scales) on its own images only, and the server replaces both networks by
-the weighted average of the clients' ones,
+hinge loss, Adam at two time scales) on its own images only, and the server replaces
+both networks by the weighted average of the clients' ones,
 
 .. math::
     (G, D) \leftarrow \sum_i \lambda_i (G_i, D_i), \qquad \lambda_i = n_i / n,

@@ -2,6 +2,8 @@
 
 - :mod:`~distrank.zoo.cgan`: a class-conditional GAN with a truncation knob (BigGAN's role).
 - :mod:`~distrank.zoo.vae`: a class-conditional VAE with a temperature knob.
+- :mod:`~distrank.zoo.diffusion`: a class-conditional denoising diffusion model with a
+  classifier-free guidance knob.
 - :mod:`~distrank.zoo.degrade`: mode dropping, noise and blur of held-out real images.
 
 Models are trained on uint8 images (N, H, W) with int labels, on CPU, seeded. A trained
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 #: Learned families: name -> module under distrank.zoo with train_<name>/sample_<name>.
-FAMILIES = ("cgan", "vae")
+FAMILIES = ("cgan", "vae", "diffusion")
 #: Model kinds made from the held-out real images (the real model and its degradations).
 FROM_HELDOUT = ("heldout", "noise", "blur", "mode_drop")
 #: Every kind of model in a config's ``models``: the families (sampled from a state
@@ -59,9 +61,19 @@ def sample(state: dict, n: int, *, seed: int, **knobs):
     return getattr(_module(family), f"sample_{family}")(state, n, seed=seed, **knobs)
 
 
-def make_images(spec: dict, n: int, *, seed: int, inputs: dict, paths: dict | None = None,
-                batch_size: int = 64, device=None, trust_pickles: bool = False,
-                workers: int = 1, name: str = "model"):
+def make_images(
+    spec: dict,
+    n: int,
+    *,
+    seed: int,
+    inputs: dict,
+    paths: dict | None = None,
+    batch_size: int = 64,
+    device=None,
+    trust_pickles: bool = False,
+    workers: int = 1,
+    name: str = "model",
+):
     """The images of one model of a config's ``models`` (``spec``, with its ``kind``).
 
     ``inputs`` holds what the kind reads: ``state`` (a family's trained state file),
@@ -78,8 +90,15 @@ def make_images(spec: dict, n: int, *, seed: int, inputs: dict, paths: dict | No
     if kind == "images":
         return _source_images(spec["source"], n, paths=paths, workers=workers, name=name)
     if kind == "checkpoint":
-        return _checkpoint_images(spec, n, seed=seed, inputs=inputs, batch_size=batch_size,
-                                  device=device, trust_pickles=trust_pickles)
+        return _checkpoint_images(
+            spec,
+            n,
+            seed=seed,
+            inputs=inputs,
+            batch_size=batch_size,
+            device=device,
+            trust_pickles=trust_pickles,
+        )
     from distrank.data.images import load_images
     from distrank.zoo.degrade import degrade
 
@@ -96,8 +115,9 @@ def _source_images(source, n, *, paths, workers, name):
 
     images, labels = load_source({**source, "max_images": n}, paths=paths, workers=workers)
     if len(images) < n:
-        raise ValueError(f"models.{name}: its source has {len(images)} images, fewer than "
-                         f"n_samples={n}")
+        raise ValueError(
+            f"models.{name}: its source has {len(images)} images, fewer than n_samples={n}"
+        )
     return images, labels
 
 
@@ -109,8 +129,15 @@ def _checkpoint_images(spec, n, *, seed, inputs, batch_size, device, trust_pickl
 
     def generate(start, count):
         return generate_from_checkpoint(
-            inputs["checkpoint"], inputs["code"], n=count, seed=seed + start,
-            batch_size=batch_size, device=device, trust_pickles=trust_pickles, **options)
+            inputs["checkpoint"],
+            inputs["code"],
+            n=count,
+            seed=seed + start,
+            batch_size=batch_size,
+            device=device,
+            trust_pickles=trust_pickles,
+            **options,
+        )
 
     if "resolution" not in spec:
         return generate(0, n)
@@ -177,8 +204,9 @@ def to_float(images):
 
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim != 3:
-        raise ValueError(f"argument 'images' must be uint8 (N,H,W), got {images.dtype} "
-                         f"{images.shape}")
+        raise ValueError(
+            f"argument 'images' must be uint8 (N,H,W), got {images.dtype} {images.shape}"
+        )
     return torch.from_numpy(images.astype(np.float32)).div_(127.5).sub_(1.0).unsqueeze(1)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
@@ -30,8 +29,14 @@ from distrank.zoo import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Generator", "Discriminator", "truncated_normal", "train_step", "train_cgan",
-           "sample_cgan"]
+__all__ = [
+    "Generator",
+    "Discriminator",
+    "truncated_normal",
+    "train_step",
+    "train_cgan",
+    "sample_cgan",
+]
 
 
 class Generator(nn.Module):
@@ -41,9 +46,13 @@ class Generator(nn.Module):
         self.embed = nn.Embedding(n_classes, z_dim)
         self.fc = nn.Linear(2 * z_dim, 2 * width * self.base**2)
         self.net = nn.Sequential(
-            nn.BatchNorm2d(2 * width), nn.ReLU(),
-            nn.ConvTranspose2d(2 * width, width, 4, 2, 1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.ConvTranspose2d(width, 1, 4, 2, 1), nn.Tanh(),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
+            nn.ConvTranspose2d(2 * width, width, 4, 2, 1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.ConvTranspose2d(width, 1, 4, 2, 1),
+            nn.Tanh(),
         )
 
     def forward(self, z, y):
@@ -55,9 +64,12 @@ class Discriminator(nn.Module):
     def __init__(self, n_classes: int, width: int, side: int = 28):
         super().__init__()
         self.net = nn.Sequential(
-            spectral_norm(nn.Conv2d(1, width, 4, 2, 1)), nn.LeakyReLU(0.2),
-            spectral_norm(nn.Conv2d(width, 2 * width, 4, 2, 1)), nn.LeakyReLU(0.2),
-            spectral_norm(nn.Conv2d(2 * width, 2 * width, 3, 1, 1)), nn.LeakyReLU(0.2),
+            spectral_norm(nn.Conv2d(1, width, 4, 2, 1)),
+            nn.LeakyReLU(0.2),
+            spectral_norm(nn.Conv2d(width, 2 * width, 4, 2, 1)),
+            nn.LeakyReLU(0.2),
+            spectral_norm(nn.Conv2d(2 * width, 2 * width, 3, 1, 1)),
+            nn.LeakyReLU(0.2),
             nn.Flatten(),
         )
         features = 2 * width * (side // 4) ** 2
@@ -107,9 +119,21 @@ def train_step(gen, disc, opt_g, opt_d, x, y, z) -> tuple[float, float]:
     return d_loss.item(), g_loss.item()
 
 
-def train_cgan(images, labels, *, seed: int, steps: int = 1500, batch_size: int = 64,
-               z_dim: int = 64, width: int = 32, lr_g: float = 1e-4, lr_d: float = 4e-4,
-               n_classes: int | None = None, log_every: int = 50, threads: int = 2) -> dict:
+def train_cgan(
+    images,
+    labels,
+    *,
+    seed: int,
+    steps: int = 1500,
+    batch_size: int = 64,
+    z_dim: int = 64,
+    width: int = 32,
+    lr_g: float = 1e-4,
+    lr_d: float = 4e-4,
+    n_classes: int | None = None,
+    log_every: int = 50,
+    threads: int = 2,
+) -> dict:
     """Train the conditional GAN on uint8 images (N, H, W) and int labels.
 
     Parameters
@@ -151,7 +175,7 @@ def train_cgan(images, labels, *, seed: int, steps: int = 1500, batch_size: int 
         for step in range(1, steps + 1):
             if pos + batch_size > len(order):
                 order, pos = torch.randperm(len(x_all), generator=rng), 0
-            idx, pos = order[pos:pos + batch_size], pos + batch_size
+            idx, pos = order[pos : pos + batch_size], pos + batch_size
             x, y = x_all[idx], y_all[idx]
             z = torch.randn(batch_size, z_dim, generator=rng)
 
@@ -162,16 +186,28 @@ def train_cgan(images, labels, *, seed: int, steps: int = 1500, batch_size: int 
                 history["step"].append(step)
                 history["d_loss"].append(d_sum / k)
                 history["g_loss"].append(g_sum / k)
-                log.info("cgan step %d/%d: d_loss %.4f g_loss %.4f", step, steps,
-                         history["d_loss"][-1], history["g_loss"][-1])
+                log.info(
+                    "cgan step %d/%d: d_loss %.4f g_loss %.4f",
+                    step,
+                    steps,
+                    history["d_loss"][-1],
+                    history["g_loss"][-1],
+                )
                 d_sum = g_sum = 0.0
-    return {"family": "cgan", "config": config, "generator": gen.state_dict(),
-            "history": history}
+    return {"family": "cgan", "config": config, "generator": gen.state_dict(), "history": history}
 
 
 @torch.no_grad()
-def sample_cgan(state: dict, n: int, *, seed: int, truncation: float | None = None,
-                labels=None, batch_size: int = 1000, threads: int = 2):
+def sample_cgan(
+    state: dict,
+    n: int,
+    *,
+    seed: int,
+    truncation: float | None = None,
+    labels=None,
+    batch_size: int = 1000,
+    threads: int = 2,
+):
     """Draw ``n`` images from a trained state.
 
     Parameters
@@ -193,6 +229,5 @@ def sample_cgan(state: dict, n: int, *, seed: int, truncation: float | None = No
         gen = load_network(Generator, state)
         z = truncated_normal(n, cfg["z_dim"], truncation, torch.Generator().manual_seed(seed))
         y = torch.from_numpy(labels)
-        images = in_batches(lambda a, b: to_uint8(gen(z[a:b], y[a:b])), n, batch_size,
-                            cfg["side"])
+        images = in_batches(lambda a, b: to_uint8(gen(z[a:b], y[a:b])), n, batch_size, cfg["side"])
     return images, labels

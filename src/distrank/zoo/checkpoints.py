@@ -60,7 +60,7 @@ __all__ = [
 class Upstream:
     """A GitHub repository pinned to one commit."""
 
-    repo: str    # owner/name
+    repo: str  # owner/name
     commit: str  # 40 hex digits
 
     @property
@@ -136,13 +136,15 @@ def generate_from_checkpoint(
             f"refusing to load the network pickle {pkl_path}: unpickling it runs code embedded "
             "in the file (and in the upstream repository it needs) with your permissions. Set "
             "trust_pickles: true in the config (trust_pickles=True) only for checkpoints from "
-            "a source you trust, such as NVIDIA's published ones verified by checksum")
+            "a source you trust, such as NVIDIA's published ones verified by checksum"
+        )
     positive_int(n, "argument 'n'")
     positive_int(batch_size, "argument 'batch_size'")
     positive_int(seed, "argument 'seed'", minimum=0)
     if noise_mode not in ("const", "random", "none"):
-        raise ValueError(f"argument 'noise_mode' must be 'const', 'random' or 'none', "
-                         f"got {noise_mode!r}")
+        raise ValueError(
+            f"argument 'noise_mode' must be 'const', 'random' or 'none', got {noise_mode!r}"
+        )
     if not pkl_path.is_file():
         raise FileNotFoundError(f"network pickle {pkl_path} does not exist")
     code_root = find_code_root(code_dir)
@@ -157,31 +159,39 @@ def generate_from_checkpoint(
         if "G_ema" in networks:
             net = networks["G_ema"].eval().requires_grad_(False).to(device)
             _check_class(class_idx, net.c_dim, pkl_path)
-            batches = _stylegan_batches(net, n, seed, truncation_psi, class_idx, batch_size,
-                                        noise_mode, device)
+            batches = _stylegan_batches(
+                net, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device
+            )
             conditional = net.c_dim > 0
         elif "ema" in networks:
             if truncation_psi != 1.0:
-                raise ValueError(f"{pkl_path} is an EDM network, which has no truncation; "
-                                 f"truncation_psi must be 1, got {truncation_psi}")
+                raise ValueError(
+                    f"{pkl_path} is an EDM network, which has no truncation; "
+                    f"truncation_psi must be 1, got {truncation_psi}"
+                )
             net = networks["ema"].eval().requires_grad_(False).to(device)
             _check_class(class_idx, net.label_dim, pkl_path)
             batches = _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device)
             conditional = net.label_dim > 0
         else:
-            raise KeyError(f"{pkl_path}: expected a StyleGAN2-ADA ('G_ema') or EDM ('ema') "
-                           f"network pickle, found keys {sorted(map(str, networks))}")
+            raise KeyError(
+                f"{pkl_path}: expected a StyleGAN2-ADA ('G_ema') or EDM ('ema') "
+                f"network pickle, found keys {sorted(map(str, networks))}"
+            )
         with torch.no_grad():
             images, labels = zip(*batches)
     images = np.concatenate(images)
     if images.ndim != 4 or images.shape[3] not in (1, 3):
-        raise ValueError(f"{pkl_path}: the network made images of shape {images.shape[1:]} "
-                         "(NHWC), expected 1 or 3 channels")
+        raise ValueError(
+            f"{pkl_path}: the network made images of shape {images.shape[1:]} "
+            "(NHWC), expected 1 or 3 channels"
+        )
     return images, np.concatenate(labels) if conditional else None
 
 
 # ---------------------------------------------------------------------------
 # Upstream code on sys.path, temporarily
+
 
 def find_code_root(code_dir: str | os.PathLike) -> Path:
     """The upstream source tree: ``code_dir`` or its single subfolder holding ``dnnlib/``."""
@@ -196,7 +206,8 @@ def find_code_root(code_dir: str | os.PathLike) -> Path:
     raise FileNotFoundError(
         f"{code_dir} is not an upstream source tree: expected dnnlib/ in it or in its single "
         f"subfolder (GitHub's archive unpacks to <repo>-<commit>/); found "
-        f"{sorted(c.name for c in children) or 'no folders'}")
+        f"{sorted(c.name for c in children) or 'no folders'}"
+    )
 
 
 @contextlib.contextmanager
@@ -211,11 +222,15 @@ def upstream_code(code_root: str | os.PathLike):
     ``training``) imports its own.
     """
     code_root = Path(code_root).resolve()
-    names = {p.stem if p.suffix == ".py" else p.name for p in code_root.iterdir()
-             if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    names = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in code_root.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").is_file()
+    }
     before = set(sys.modules)
-    shadowed = {name: module for name, module in sys.modules.items()
-                if name.partition(".")[0] in names}
+    shadowed = {
+        name: module for name, module in sys.modules.items() if name.partition(".")[0] in names
+    }
     for name in shadowed:
         del sys.modules[name]
     saved_path = list(sys.path)
@@ -244,8 +259,9 @@ def _load_pickle(pkl_path: Path, code_root: Path) -> dict:
         else:  # EDM's generate.py: pickle.load(f)['ema']
             networks = pickle.load(handle)
     if not isinstance(networks, dict):
-        raise TypeError(f"{pkl_path}: expected a pickled dict of networks, got "
-                        f"{type(networks).__name__}")
+        raise TypeError(
+            f"{pkl_path}: expected a pickled dict of networks, got {type(networks).__name__}"
+        )
     return networks
 
 
@@ -253,11 +269,13 @@ def _check_class(class_idx, n_classes: int, pkl_path: Path) -> None:
     if class_idx is None:
         return
     if n_classes == 0:
-        raise ValueError(f"{pkl_path} is an unconditional network; class_idx must be None, "
-                         f"got {class_idx!r}")
+        raise ValueError(
+            f"{pkl_path} is an unconditional network; class_idx must be None, got {class_idx!r}"
+        )
     if not _is_int(class_idx) or not 0 <= class_idx < n_classes:
-        raise ValueError(f"argument 'class_idx' must be in 0..{n_classes - 1} for {pkl_path}, "
-                         f"got {class_idx!r}")
+        raise ValueError(
+            f"argument 'class_idx' must be in 0..{n_classes - 1} for {pkl_path}, got {class_idx!r}"
+        )
 
 
 def _is_int(value) -> bool:
@@ -266,6 +284,7 @@ def _is_int(value) -> bool:
 
 # ---------------------------------------------------------------------------
 # StyleGAN2-ADA
+
 
 def _stylegan_batches(G, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device):
     import torch
@@ -296,6 +315,7 @@ def _to_uint8(img) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # EDM
 
+
 def _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device):
     import torch
 
@@ -303,24 +323,32 @@ def _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device):
         latents, labels = [], []
         for s in range(seed + start, seed + min(start + batch_size, n)):
             gen = torch.Generator(device).manual_seed(s % (1 << 32))
-            latents.append(torch.randn([net.img_channels, net.img_resolution, net.img_resolution],
-                                       generator=gen, device=device))
+            latents.append(
+                torch.randn(
+                    [net.img_channels, net.img_resolution, net.img_resolution],
+                    generator=gen,
+                    device=device,
+                )
+            )
             if net.label_dim:
-                labels.append(int(torch.randint(net.label_dim, size=[], generator=gen,
-                                                device=device)))
+                labels.append(
+                    int(torch.randint(net.label_dim, size=[], generator=gen, device=device))
+                )
         labels = np.asarray(labels, dtype=np.int64)
         class_labels = None
         if net.label_dim:
             if class_idx is not None:
                 labels[:] = class_idx
-            class_labels = torch.eye(net.label_dim, device=device)[torch.from_numpy(labels)
-                                                                   .to(device)]
+            class_labels = torch.eye(net.label_dim, device=device)[
+                torch.from_numpy(labels).to(device)
+            ]
         x = edm_sample(net, torch.stack(latents), class_labels, num_steps=num_steps)
         yield _to_uint8(x), labels
 
 
-def edm_sample(net, latents, class_labels=None, *, num_steps=18, sigma_min=0.002, sigma_max=80.0,
-               rho=7.0):
+def edm_sample(
+    net, latents, class_labels=None, *, num_steps=18, sigma_min=0.002, sigma_max=80.0, rho=7.0
+):
     r"""EDM's deterministic sampler (Karras et al. 2022, Algorithm 2 with S_churn = 0).
 
     Noise levels :math:`t_i = (\sigma_{max}^{1/\rho} + \tfrac{i}{N-1}(\sigma_{min}^{1/\rho}
@@ -334,8 +362,10 @@ def edm_sample(net, latents, class_labels=None, *, num_steps=18, sigma_min=0.002
     sigma_min = max(sigma_min, net.sigma_min)
     sigma_max = min(sigma_max, net.sigma_max)
     i = torch.arange(num_steps, dtype=torch.float64, device=latents.device)
-    t = (sigma_max ** (1 / rho)
-         + i / max(num_steps - 1, 1) * (sigma_min ** (1 / rho) - sigma_max ** (1 / rho))) ** rho
+    t = (
+        sigma_max ** (1 / rho)
+        + i / max(num_steps - 1, 1) * (sigma_min ** (1 / rho) - sigma_max ** (1 / rho))
+    ) ** rho
     t = torch.cat([net.round_sigma(t), torch.zeros_like(t[:1])])
     x = latents.to(torch.float64) * t[0]
     for step in range(num_steps):

@@ -22,8 +22,9 @@ from scipy import ndimage
 __all__ = ["DEGRADATIONS", "degrade", "mode_drop", "add_noise", "blur"]
 
 
-def mode_drop(images, labels, *, seed: int, n_drop: int | None = None, keep_classes=None,
-              n: int | None = None):
+def mode_drop(
+    images, labels, *, seed: int, n_drop: int | None = None, keep_classes=None, n: int | None = None
+):
     """Drop whole classes, then resample the kept rows to ``n`` images.
 
     Give exactly one of ``n_drop`` (how many classes to drop: the first ``n_drop`` of a
@@ -43,12 +44,14 @@ def mode_drop(images, labels, *, seed: int, n_drop: int | None = None, keep_clas
         keep_classes = rng.permutation(classes)[n_drop:]
     missing = np.setdiff1d(keep_classes, classes)
     if len(missing) or not len(keep_classes):
-        raise ValueError(f"argument 'keep_classes' must be classes present in 'labels'; "
-                         f"got {list(keep_classes)}")
+        raise ValueError(
+            f"argument 'keep_classes' must be classes present in 'labels'; got {list(keep_classes)}"
+        )
     n = len(images) if n is None else n
     kept = np.flatnonzero(np.isin(labels, keep_classes))
-    rows = np.concatenate([np.tile(kept, n // len(kept)),
-                           rng.choice(kept, n % len(kept), replace=False)])
+    rows = np.concatenate(
+        [np.tile(kept, n // len(kept)), rng.choice(kept, n % len(kept), replace=False)]
+    )
     rows = rng.permutation(rows)
     return images[rows], labels[rows]
 
@@ -72,15 +75,19 @@ def blur(images, labels=None, *, sigma: float):
 
 
 #: kind -> (function, the keyword its level sets)
-DEGRADATIONS = {"mode_drop": (mode_drop, "n_drop"), "noise": (add_noise, "sigma"),
-                "blur": (blur, "sigma")}
+DEGRADATIONS = {
+    "mode_drop": (mode_drop, "n_drop"),
+    "noise": (add_noise, "sigma"),
+    "blur": (blur, "sigma"),
+}
 
 
 def degrade(kind: str, images, labels, *, level, seed: int):
     """Apply degradation ``kind`` at ``level`` (classes dropped, or sigma)."""
     if kind not in DEGRADATIONS:
-        raise ValueError(f"argument 'kind': unknown {kind!r}; expected one of "
-                         f"{sorted(DEGRADATIONS)}")
+        raise ValueError(
+            f"argument 'kind': unknown {kind!r}; expected one of {sorted(DEGRADATIONS)}"
+        )
     fn, key = DEGRADATIONS[kind]
     extra = {} if fn is blur else {"seed": seed}
     return fn(images, labels, **{key: level}, **extra)
@@ -89,16 +96,19 @@ def degrade(kind: str, images, labels, *, level, seed: int):
 def _check(images, labels, need_labels=False):
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim not in (3, 4):
-        raise ValueError(f"argument 'images' must be uint8 (N,H,W) or (N,H,W,C), got "
-                         f"{images.dtype} {images.shape}")
+        raise ValueError(
+            f"argument 'images' must be uint8 (N,H,W) or (N,H,W,C), got "
+            f"{images.dtype} {images.shape}"
+        )
     if labels is None:
         if need_labels:
             raise ValueError("argument 'labels' is required")
         return images, None
     labels = np.asarray(labels)
     if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"argument 'labels' must be {len(images)} ints, got {labels.dtype} "
-                         f"{labels.shape}")
+        raise ValueError(
+            f"argument 'labels' must be {len(images)} ints, got {labels.dtype} {labels.shape}"
+        )
     return images, labels.astype(np.int64)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -39,15 +38,20 @@ class VAE(nn.Module):
         self.n_classes, self.width, self.base = n_classes, width, quarter_side(side)
         hidden = 2 * width * self.base**2
         self.encoder = nn.Sequential(
-            nn.Conv2d(1, width, 4, 2, 1), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 4, 2, 1), nn.ReLU(), nn.Flatten(),
+            nn.Conv2d(1, width, 4, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 4, 2, 1),
+            nn.ReLU(),
+            nn.Flatten(),
         )
         self.to_latent = nn.Linear(hidden + n_classes, 2 * z_dim)
         self.prior_mean = nn.Embedding(n_classes, z_dim)
         nn.init.zeros_(self.prior_mean.weight)
         self.from_latent = nn.Linear(z_dim + n_classes, hidden)
         self.decoder = nn.Sequential(
-            nn.ReLU(), nn.ConvTranspose2d(2 * width, width, 4, 2, 1), nn.ReLU(),
+            nn.ReLU(),
+            nn.ConvTranspose2d(2 * width, width, 4, 2, 1),
+            nn.ReLU(),
             nn.ConvTranspose2d(width, 1, 4, 2, 1),
         )
 
@@ -61,9 +65,20 @@ class VAE(nn.Module):
         return self.decoder(h.view(-1, 2 * self.width, self.base, self.base))
 
 
-def train_vae(images, labels, *, seed: int, steps: int = 800, batch_size: int = 128,
-              z_dim: int = 16, width: int = 32, lr: float = 1e-3, n_classes: int | None = None,
-              log_every: int = 50, threads: int = 2) -> dict:
+def train_vae(
+    images,
+    labels,
+    *,
+    seed: int,
+    steps: int = 800,
+    batch_size: int = 128,
+    z_dim: int = 16,
+    width: int = 32,
+    lr: float = 1e-3,
+    n_classes: int | None = None,
+    log_every: int = 50,
+    threads: int = 2,
+) -> dict:
     """Train the conditional VAE on uint8 images (N, H, W) and int labels.
 
     Parameters
@@ -101,7 +116,7 @@ def train_vae(images, labels, *, seed: int, steps: int = 800, batch_size: int = 
         for step in range(1, steps + 1):
             if pos + batch_size > len(order):
                 order, pos = torch.randperm(len(x_all), generator=rng), 0
-            idx, pos = order[pos:pos + batch_size], pos + batch_size
+            idx, pos = order[pos : pos + batch_size], pos + batch_size
             x, y = x_all[idx], y_all[idx]
 
             mu, logvar = vae.encode(x, y)
@@ -119,13 +134,20 @@ def train_vae(images, labels, *, seed: int, steps: int = 800, batch_size: int = 
                 history["loss"].append(loss_sum / ((step - 1) % log_every + 1))
                 log.info("vae step %d/%d: loss %.2f", step, steps, history["loss"][-1])
                 loss_sum = 0.0
-    return {"family": "vae", "config": config, "generator": vae.state_dict(),
-            "history": history}
+    return {"family": "vae", "config": config, "generator": vae.state_dict(), "history": history}
 
 
 @torch.no_grad()
-def sample_vae(state: dict, n: int, *, seed: int, temperature: float = 1.0, labels=None,
-               batch_size: int = 1000, threads: int = 2):
+def sample_vae(
+    state: dict,
+    n: int,
+    *,
+    seed: int,
+    temperature: float = 1.0,
+    labels=None,
+    batch_size: int = 1000,
+    threads: int = 2,
+):
     """Draw ``n`` images: decoder means at z ~ N(m_y, temperature^2 I).
 
     ``labels`` defaults to balanced classes, ``arange(n) % n_classes``.
@@ -141,6 +163,16 @@ def sample_vae(state: dict, n: int, *, seed: int, temperature: float = 1.0, labe
         eps = torch.randn(n, cfg["z_dim"], generator=torch.Generator().manual_seed(seed))
         z = vae.prior_mean(y) + temperature * eps
         images = in_batches(
-            lambda a, b: torch.sigmoid(vae.decode(z[a:b], y[a:b]))
-            .squeeze(1).mul(255).round().to(torch.uint8).numpy(), n, batch_size, cfg["side"])
+            lambda a, b: (
+                torch.sigmoid(vae.decode(z[a:b], y[a:b]))
+                .squeeze(1)
+                .mul(255)
+                .round()
+                .to(torch.uint8)
+                .numpy()
+            ),
+            n,
+            batch_size,
+            cfg["side"],
+        )
     return images, labels

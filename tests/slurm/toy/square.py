@@ -1,4 +1,5 @@
 """Write i*i to the output; record the SLURM job id (if any) in the log."""
+
 import os
 
 i = int(snakemake.wildcards.i)

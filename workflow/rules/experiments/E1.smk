@@ -8,13 +8,13 @@ rule E1:
         **experiment_scores("E1"),
     output:
         **experiment_outputs("E1"),
-    params:
-        **experiment_params("E1"),
     log:
         f"{LOGS}/E1.log",
     benchmark:
         f"{BENCH}/E1.tsv"
     conda:
         "../../../envs/core.yaml"
+    params:
+        **experiment_params("E1"),
     script:
         "../../../scripts/experiment.py"

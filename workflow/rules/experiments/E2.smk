@@ -19,15 +19,15 @@ rule e2_models_centralized:
     output:
         g1=f"{RESULTS}/features/model_{G1}.npz",
         g2=f"{RESULTS}/features/model_{G2}.npz",
-    params:
-        classes=config["partitions"][E2_PARTITION].get("classes"),
-        seed=config["seed"],
     log:
         f"{LOGS}/e2_models_centralized.log",
     benchmark:
         f"{BENCH}/e2_models_centralized.tsv"
     conda:
         "../../../envs/core.yaml"
+    params:
+        classes=config["partitions"][E2_PARTITION].get("classes"),
+        seed=config["seed"],
     script:
         "../../../scripts/e2_models.py"
 
@@ -37,13 +37,13 @@ rule E2:
         **experiment_scores("E2"),
     output:
         **experiment_outputs("E2"),
-    params:
-        **experiment_params("E2"),
     log:
         f"{LOGS}/E2.log",
     benchmark:
         f"{BENCH}/E2.tsv"
     conda:
         "../../../envs/core.yaml"
+    params:
+        **experiment_params("E2"),
     script:
         "../../../scripts/experiment.py"

@@ -6,13 +6,13 @@ localrules:
 rule E3:
     output:
         **experiment_outputs("E3"),
-    params:
-        **experiment_params("E3"),
     log:
         f"{LOGS}/E3.log",
     benchmark:
         f"{BENCH}/E3.tsv"
     conda:
         "../../../envs/core.yaml"
+    params:
+        **experiment_params("E3"),
     script:
         "../../../scripts/experiment.py"

@@ -8,13 +8,13 @@ rule E6:
         **experiment_scores("E6"),
     output:
         **experiment_outputs("E6"),
-    params:
-        **experiment_params("E6"),
     log:
         f"{LOGS}/E6.log",
     benchmark:
         f"{BENCH}/E6.tsv"
     conda:
         "../../../envs/core.yaml"
+    params:
+        **experiment_params("E6"),
     script:
         "../../../scripts/experiment.py"

@@ -1,0 +1,116 @@
+"""Many partitions of one pool from shared sums (distrank.metrics.reaggregate), against
+distrank.metrics.score run on each partition afresh."""
+
+import numpy as np
+import pytest
+
+from distrank.metrics import kernel_sums, make_kernel, score
+from distrank.metrics.reaggregate import coarsen, common_refinement, score_partitions
+
+KEYS = ["model", "metric", "aggregation", "client"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    n, d = 240, 12
+    labels = np.repeat(np.arange(6), 40)
+    x = rng.standard_normal((n, d)) + 2.0 * rng.standard_normal((6, d))[labels]
+    models = {
+        f"g{i}": (0.4 + 0.3 * i) * rng.standard_normal((60 + 15 * i, d)) + 0.1 * i for i in range(4)
+    }
+    blocks = np.arange(n) // 8  # 30 blocks of one class each
+    partitions = {
+        "blocks_mod3": blocks % 3,
+        "by_class": labels,
+        "scattered": (blocks * 7) % 5,
+        "named": np.array(["north", "south"])[blocks % 2],  # str labels, as score takes
+    }
+    return x, models, partitions
+
+
+def _compare(got, want, *, kd_rtol, fd_rtol):
+    assert list(got.columns) == list(want.columns)
+    assert (got[KEYS].to_numpy() == want[KEYS].to_numpy()).all()
+    for metric in want["metric"].unique():
+        a = got.loc[got.metric == metric, "value"].to_numpy()
+        b = want.loc[want.metric == metric, "value"].to_numpy()
+        if metric in ("kd", "fd"):
+            np.testing.assert_allclose(
+                a, b, rtol=kd_rtol if metric == "kd" else fd_rtol, atol=0, err_msg=metric
+            )
+        else:  # PRDC counts the same hits: equal to the last digit
+            np.testing.assert_array_equal(a, b, err_msg=metric)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"dtype": "float64"},
+        {
+            "dtype": "float64",
+            "kernel": "rbf",
+            "kd_estimator": "biased",
+            "weights": "uniform",
+            "pr_k": 2,
+            "dc_k": 4,
+        },
+        {"dtype": "float32"},
+    ],
+)
+def test_equals_scoring_each_partition_afresh(data, options):
+    x, models, partitions = data
+    table = score_partitions(x, partitions, models, **options)
+    assert list(table["partition"].unique()) == list(partitions)
+    for name, clients in partitions.items():
+        got = table[table.partition == name].drop(columns="partition").reset_index(drop=True)
+        want = score(x, clients, models, **options)
+        kd_rtol = 1e-12 if options["dtype"] == "float64" else 1e-6
+        _compare(got, want, kd_rtol=kd_rtol, fd_rtol=1e-10)
+
+
+def test_coarsened_sums_equal_the_partitions_own(data):
+    """Theorem-1 bookkeeping: a coarse partition's kernel sums are sums of fine blocks."""
+    x, models, partitions = data
+    kernel = make_kernel("poly", None, x.shape[1])
+    fine = common_refinement(list(partitions.values())[:3])
+    fine_sums = kernel_sums(x, fine, models.values(), kernel, dtype="float64")
+    clients = partitions["scattered"]
+    first = np.unique(fine, return_index=True)[1]
+    coarse = coarsen(fine_sums, clients[first])
+    direct = kernel_sums(x, clients, models.values(), kernel, dtype="float64")
+    for field in ("client_sizes", "model_sizes", "xx", "xx_diag", "xy", "yy", "yy_diag"):
+        np.testing.assert_allclose(
+            getattr(coarse, field), getattr(direct, field), rtol=1e-12, err_msg=field
+        )
+
+
+def test_common_refinement_is_the_coarsest_common_split():
+    a = np.array([0, 0, 0, 1, 1, 1])
+    b = np.array([0, 0, 1, 1, 2, 2])
+    fine = common_refinement([a, b])
+    # rows share a group exactly when both partitions agree on them
+    same = fine[:, None] == fine[None, :]
+    assert np.array_equal(same, (a[:, None] == a[None, :]) & (b[:, None] == b[None, :]))
+    assert fine.max() + 1 == 4
+
+
+def test_bad_inputs(data):
+    x, models, partitions = data
+    with pytest.raises(ValueError, match="kd_estimator"):
+        score_partitions(x, partitions, models, kd_estimator="subsets")
+    with pytest.raises(ValueError, match=r"partitions\['short'\]"):
+        score_partitions(x, {"short": np.zeros(5, int)}, models)
+    tiny = np.zeros(len(x), int)
+    tiny[:3] = 1
+    with pytest.raises(ValueError, match=r"partitions\['tiny'\]: client '1' has 3 rows"):
+        score_partitions(x, {"tiny": tiny}, models)
+    with pytest.raises(ValueError, match="partitions"):
+        score_partitions(x, {}, models)
+    with pytest.raises(ValueError, match="fine_to_client"):
+        coarsen(
+            kernel_sums(
+                x, np.zeros(len(x), int), models.values(), make_kernel("poly", None, x.shape[1])
+            ),
+            np.array([0, 1]),
+        )
