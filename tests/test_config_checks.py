@@ -116,7 +116,7 @@ def test_e2_base_model_is_a_model():
 
 
 def test_unlabelled_reference_cannot_be_split_by_class():
-    cfg = config()
+    cfg = config(experiments={k: DEFAULT["experiments"][k] for k in ("E1", "E2", "E6")})
     cfg["reference"] = {"source": {"kind": "folder", "path": "imgs/"}, "n": 100}
     raises(
         cfg,

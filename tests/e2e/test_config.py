@@ -96,6 +96,7 @@ def test_a_client_job_reads_its_own_rows_and_the_models_only(tmp_path):
 def test_a_config_runs_only_the_experiments_it_lists(tmp_path):
     config = default_config()
     config["experiments"] = {"E3": config["experiments"]["E3"]}
+    config["agreement"]["enabled"] = False
     run = dry_run(tmp_path, config)
     assert run.returncode == 0, run.stderr[-3000:]
     assert {j["rule"] for j in planned_jobs(run.stdout + run.stderr)} == {"E3", "all"}

@@ -125,6 +125,7 @@ def test_an_object_array_is_never_unpickled(tmp_path):
         ("object array", "cannot read 'features' without pickle"),
         ("inf", "'features' has NaN or infinite values in 1 rows"),
     ],
+    ids=["object array", "inf"],
 )
 def test_a_bad_model_feature_file_is_exit_3_of_the_cli(tmp_path, capsys, kind, message):
     clients = np.repeat(["a", "b"], 20)
@@ -320,6 +321,11 @@ CASES = {
         "experiments.E5 trains a class-conditional GAN",
     ),
     "E7 without the cGAN": ("E7", _no_cgan, "experiments.E7 fine-tunes the zoo's cGAN"),
+    "E7 bandwidth without a bandwidth kernel": (
+        "E7",
+        lambda c: c["experiments"]["E7"].update(kernel="poly", bandwidth=1.0),
+        "experiments.E7.bandwidth is set, but kernel 'poly' has none",
+    ),
     "E7 steps": (
         "E7",
         lambda c: c["experiments"]["E7"].update(steps=5),
@@ -415,19 +421,6 @@ def test_every_config_check_has_a_case(tmp_path):
     reached.add(raise_site(err.value))
     missing = check_raise_sites() - reached
     assert not missing, f"config checks without a case in CASES: {sorted(missing)}"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug, reported: src/distrank/experiments/"
-    "e7_mmd_finetuning.py raises this in finetune(), after the DAG has run, "
-    "instead of in check()",
-)
-def test_e7_bandwidth_without_a_bandwidth_kernel_fails_before_any_job():
-    cfg = copy.deepcopy(TINY)
-    cfg["experiments"] = {"E7": {**cfg["experiments"]["E7"], "kernel": "poly", "bandwidth": 1.0}}
-    with pytest.raises(ValueError, match="experiments.E7.bandwidth is set"):
-        check(cfg)
 
 
 # --- duplicated model names -------------------------------------------------------------------

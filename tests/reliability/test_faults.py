@@ -56,7 +56,6 @@ class Interrupted:
     concurrent: tuple[int, str] = (0, "")  # a second snakemake while an attempt ran
     final_rc: int | None = None
     final_log: str = ""
-    seconds: float = 0.0
 
 
 def incomplete_markers(workdir: Path) -> set[str]:
@@ -102,26 +101,30 @@ def recover(workdir: Path, log: Path, *, first: bool, record: Interrupted):
 def interrupted(small_clean, tmp_path_factory) -> Interrupted:
     clean = study_files(small_clean)
     workdir = tmp_path_factory.mktemp("small-killed")
-    record, start = Interrupted(workdir), time.monotonic()
+    record = Interrupted(workdir)
     process = start_snakemake(workdir, workdir / "attempt-0.log", "--cores", "2")
-    for i, (point, (log, output)) in enumerate(KILL_POINTS.items()):
-        wait_for(workdir / log, process)
-        kill_group(process)
-        marked = incomplete_markers(workdir)
-        record.kills[point] = Kill(
-            running=output in marked,
-            output_existed=(workdir / output).exists(),
-            group_gone=group_gone(process.pid),
-            untrusted=untrusted(workdir, clean, marked),
-        )
-        process = recover(workdir, workdir / f"attempt-{i + 1}.log", first=i == 0, record=record)
-        if i == 0:  # the most work left: a second run at once must meet the lock
-            wait_for(workdir / ".snakemake/locks/0.output.lock", process)
-            second = snakemake(workdir, "--cores", "1", "--rerun-incomplete", timeout=300)
-            record.concurrent = (second.returncode, second.stdout)
-    record.final_rc = process.wait(timeout=900)
+    try:
+        for i, (point, (log, output)) in enumerate(KILL_POINTS.items()):
+            wait_for(workdir / log, process)
+            kill_group(process)
+            marked = incomplete_markers(workdir)
+            record.kills[point] = Kill(
+                running=output in marked,
+                output_existed=(workdir / output).exists(),
+                group_gone=group_gone(process.pid),
+                untrusted=untrusted(workdir, clean, marked),
+            )
+            process = recover(
+                workdir, workdir / f"attempt-{i + 1}.log", first=i == 0, record=record
+            )
+            if i == 0:  # the most work left: a second run at once must meet the lock
+                wait_for(workdir / ".snakemake/locks/0.output.lock", process)
+                second = snakemake(workdir, "--cores", "1", "--rerun-incomplete", timeout=300)
+                record.concurrent = (second.returncode, second.stdout)
+        record.final_rc = process.wait(timeout=900)
+    finally:
+        kill_group(process)  # whatever failed above, no run outlives the fixture
     record.final_log = (workdir / f"attempt-{len(KILL_POINTS)}.log").read_text()
-    record.seconds = time.monotonic() - start
     return record
 
 

@@ -129,10 +129,6 @@ def finetune(
         params["bandwidth"] = settings["bandwidth"] or median_bandwidth(
             reference, kernel=settings["kernel"], seed=seed
         )
-    elif settings["bandwidth"] is not None:
-        raise ValueError(
-            f"config: experiments.E7.bandwidth is set, but kernel {settings['kernel']!r} has none"
-        )
     kernel = make_kernel(settings["kernel"], params, reference.shape[1])
     points = finetune_mmd(
         load_state(state_path),
@@ -158,6 +154,10 @@ def finetune(
 
 
 def check(settings: Mapping, config: Mapping) -> None:
+    if settings.get("bandwidth") is not None and settings["kernel"] not in ("rbf", "laplace"):
+        raise ValueError(
+            f"config: experiments.E7.bandwidth is set, but kernel {settings['kernel']!r} has none"
+        )
     if "cgan" not in config.get("zoo", {}):
         raise ValueError(
             "config: experiments.E7 fine-tunes the zoo's cGAN, but zoo.cgan is not set"
