@@ -97,8 +97,11 @@ def test_fewer_rows_than_features_match_the_nuclear_norm_form(n, m):
         - 2 * np.linalg.svd(a @ b.T, compute_uv=False).sum()
     )
     sx, sy = gaussian_stats(x), gaussian_stats(y)
+    assert (sx.factor is not None, sy.factor is not None) == (n <= d, m <= d)  # rows kept
     assert frechet_distance(sx, sy) == pytest.approx(expected, rel=1e-12)
     assert frechet_distance(sy, sx) == pytest.approx(expected, rel=1e-12)
+    bare = [GaussianStats(s.n, s.mean, s.cov) for s in (sx, sy)]  # the eigh factor instead
+    assert frechet_distance(*bare) == pytest.approx(expected, rel=1e-12)
 
 
 def test_gaussian_stats_equal_numpy_in_blocks():

@@ -17,7 +17,7 @@ def test_dispatch_and_state_files(tmp_path, toy, family, knob):
     images, labels = zoo.sample(loaded, 12, seed=0, **knob)
     assert images.shape == (12, 28, 28) and labels.shape == (12,)
     with pytest.raises(ValueError, match="'family'"):
-        zoo.train("diffusion", *toy, seed=1)
+        zoo.train("flow", *toy, seed=1)
 
 
 def test_torch_session_restores_global_state():

@@ -13,7 +13,9 @@ eigenvalues of H H^T = C2^1/2 C1 C2^1/2, which are those of C1^1/2 C2 C1^1/2
     tr (C1^1/2 C2 C1^1/2)^1/2 = sum_j sqrt(eig_j(G1^T C2 G1)),
 
 summed over the eigenvalues above rounding noise (the others are zeros). G1 is
-the Cholesky factor when C1 is positive definite, else V L^1/2 over the positive
+the centred rows (X1 - m1)^T / sqrt(n1 - 1) when a sample has no more rows than
+features (``gaussian_stats`` keeps them: no factorisation at all), else the
+Cholesky factor when C1 is positive definite, else V L^1/2 over the positive
 eigenvalues of C1 (an ``eigh``), which drops the null space of a rank-deficient
 covariance. A factor is computed once per covariance and reused against every
 other; of two covariances the one of lower rank (bound: rows - 1) is factored,
@@ -24,7 +26,7 @@ outnumber rows. Everything is float64; no ``scipy.linalg.sqrtm``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -36,11 +38,17 @@ BLOCK_SIZE = 8192  # rows per covariance update
 
 @dataclass(frozen=True, eq=False)
 class GaussianStats:
-    """Sample size, mean (d,) and covariance (d, d, ddof=1) of a feature set; float64."""
+    """Sample size, mean (d,) and covariance (d, d, ddof=1) of a feature set; float64.
+
+    ``factor``, when set, is a (d, k) matrix G with G G^T = cov: ``gaussian_stats``
+    keeps the centred rows (X - mean)^T / sqrt(n - 1) when n <= d. It is local to the
+    process (the statistics a Flower site shares are n, mean and cov only).
+    """
 
     n: int
     mean: np.ndarray
     cov: np.ndarray
+    factor: np.ndarray | None = field(default=None, repr=False)
 
 
 def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianStats:
@@ -64,7 +72,8 @@ def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianS
         centred = x[b0 : b0 + block_size].to(dev, torch.float64) - mean
         scatter += centred.T @ centred
     cov = (scatter + scatter.T) / (2 * (n - 1))  # exactly symmetric
-    return GaussianStats(n, mean.cpu().numpy(), cov.cpu().numpy())
+    factor = (centred.T / (n - 1) ** 0.5).cpu().numpy() if n <= min(d, block_size) else None
+    return GaussianStats(n, mean.cpu().numpy(), cov.cpu().numpy(), factor)
 
 
 def pool_stats(stats: Sequence[GaussianStats]) -> GaussianStats:
@@ -100,9 +109,9 @@ def frechet_distances(
 ) -> np.ndarray:
     """FD of every (reference, model) pair as a (len(references), len(models)) array.
 
-    Of each pair, the side with the lower rank bound min(n - 1, d) is factored
-    (``sqrt_factor``), once per statistics and reused for all its pairs; a pair
-    then costs two GEMMs and one symmetric eigenvalue problem of that rank.
+    Of each pair, the side with the lower rank bound min(n - 1, d) is factored (its
+    kept rows, else ``sqrt_factor``), once per statistics and reused for all its
+    pairs; a pair then costs two GEMMs and one symmetric eigenvalue problem of that rank.
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
@@ -118,8 +127,10 @@ def frechet_distances(
 
     def factor(i):
         if i not in factors:
-            # a covariance of fewer than d + 1 rows is singular: skip Cholesky
-            factors[i] = sqrt_factor(cov(i), try_cholesky=rank_bound(i) == len(stats[i].mean))
+            if stats[i].factor is not None:
+                factors[i] = torch.as_tensor(stats[i].factor, dtype=torch.float64, device=dev)
+            else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
+                factors[i] = sqrt_factor(cov(i), try_cholesky=rank_bound(i) == len(stats[i].mean))
         return factors[i]
 
     def rank_bound(i):
