@@ -100,3 +100,27 @@ def test_a_config_runs_only_the_experiments_it_lists(tmp_path):
     run = dry_run(tmp_path, config)
     assert run.returncode == 0, run.stderr[-3000:]
     assert {j["rule"] for j in planned_jobs(run.stdout + run.stderr)} == {"E3", "all"}
+
+
+def test_planning_loads_no_heavy_library(tmp_path):
+    """A no-op rerun stays within seconds: the Snakefile, the config checks and every
+    experiment module load neither torch, scipy, scikit-learn nor the other heavy
+    libraries; the jobs import them."""
+    args = ["-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1"]
+    args += ["--configfile", str(REPO / "config.yaml")]
+    probe = f"""
+import sys
+from snakemake.cli import main
+try:
+    main({args!r})
+except SystemExit as e:
+    assert not e.code, e.code
+open({str(tmp_path / "modules.txt")!r}, "w").write("\\n".join(sys.modules))
+"""
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    modules = (tmp_path / "modules.txt").read_text().split()
+    loaded = set(modules) | {name.split(".")[0] for name in modules}
+    assert "distrank.experiments.e10_intervals" in loaded  # the checks imported them all
+    heavy = {"torch", "scipy", "sklearn", "onnxruntime", "dp_accounting", "flwr"}
+    assert not heavy & loaded

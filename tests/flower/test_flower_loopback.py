@@ -199,7 +199,7 @@ def test_the_federated_table_equals_distrank_score(loopback, reference, federati
 
 def test_a_site_dying_mid_run_is_named_and_no_table_is_written(loopback):
     net, config = loopback
-    out, timeout = net.root / "never.csv", 45.0
+    out, timeout = net.root / "never.csv", 30.0
     log = net.logs["rome"]
     received = log.read_text().count("Receiving: query message")
     run_id = net.run(config | {"out": str(out), "timeout": timeout})

@@ -1,6 +1,6 @@
 # The second study: model agreement via anchoring (distrank.agreement), families
 # A1-A6, one job each; included by the Snakefile when agreement.enabled is true.
-from distrank.agreement.study import FAMILIES as AGREEMENT_FAMILIES
+from distrank.agreement import FAMILIES as AGREEMENT_FAMILIES
 
 AGREEMENT = config["agreement"]
 AGREEMENT_TARGETS = []

@@ -28,24 +28,34 @@ intervals; :mod:`.data` the distributions; :mod:`.figures` the shared figure;
 :mod:`.study` runs a family from its config section and writes its outputs.
 """
 
-from distrank.agreement.core import (
-    learning_curve_pairs,
-    lemma_bound,
-    loss_terms,
-    mean_ci,
-    midpoint_terms,
-    summarize,
-)
-from distrank.agreement.study import FAMILIES, run_family, write_family
+#: Family -> output stem (fixed names); torch-, scipy- and scikit-learn-free, for the
+#: Snakefile.
+FAMILIES = {
+    "stacking": "A1_stacking",
+    "boosting": "A2_boosting",
+    "networks": "A3_networks",
+    "trees": "A4_trees",
+    "tightness": "A5_tightness",
+    "general_losses": "A6_general_losses",
+}
 
-__all__ = [
-    "FAMILIES",
-    "learning_curve_pairs",
-    "lemma_bound",
-    "loss_terms",
-    "mean_ci",
-    "midpoint_terms",
-    "run_family",
-    "summarize",
-    "write_family",
-]
+_LAZY = {
+    "learning_curve_pairs": "core",
+    "lemma_bound": "core",
+    "loss_terms": "core",
+    "mean_ci": "core",
+    "midpoint_terms": "core",
+    "summarize": "core",
+    "run_family": "study",
+    "write_family": "study",
+}
+
+__all__ = ["FAMILIES", *_LAZY]
+
+
+def __getattr__(name):  # PEP 562: the rest loads scipy and scikit-learn on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,23 +18,21 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank._io import atomic_open
-from distrank.agreement import boosting, general_losses, networks, stacking, tightness, trees
+from distrank.agreement import (
+    FAMILIES,
+    boosting,
+    general_losses,
+    networks,
+    stacking,
+    tightness,
+    trees,
+)
 from distrank.agreement.core import lemma_summary
 from distrank.agreement.data import digits_binary, digits_onehot, population
 from distrank.report.figures import save
 from distrank.report.tables import write_table
 
 __all__ = ["FAMILIES", "run_family", "write_family"]
-
-#: Family -> output stem (fixed names).
-FAMILIES = {
-    "stacking": "A1_stacking",
-    "boosting": "A2_boosting",
-    "networks": "A3_networks",
-    "trees": "A4_trees",
-    "tightness": "A5_tightness",
-    "general_losses": "A6_general_losses",
-}
 
 CAPTIONS = {
     "stacking": "A1: disagreement of least-squares stacks of k trees, with 4 (R_k - R_2k)",

@@ -30,7 +30,6 @@ from matplotlib.ticker import SymmetricalLogLocator
 
 from distrank._io import atomic_open
 from distrank.experiments import Outputs
-from distrank.metrics.bootstrap import bootstrap_scores, pairwise_intervals, pairwise_summary
 from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
 from distrank.report.figures import metric_name, new_figure, paper_style
 
@@ -103,6 +102,8 @@ def bootstrap_tables(
     ``numpy.random.default_rng(seed)``); the tables are those of
     :func:`distrank.metrics.bootstrap.pairwise_intervals`, concatenated.
     """
+    from distrank.metrics.bootstrap import bootstrap_scores, pairwise_intervals, pairwise_summary
+
     groups = [[m] for m in metrics if m in ("kd", "fd")] + [[m for m in metrics if m in PRDC]]
     pairs, taus = [], []
     for group in (g for g in groups if g):

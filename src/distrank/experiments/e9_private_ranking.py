@@ -18,18 +18,18 @@ and pooled KD of every model at every size; :func:`e9_table` adds the noise.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from scipy import stats
 
 from distrank._io import atomic_open
 from distrank.experiments import Outputs
-from distrank.metrics.kd import KernelSums, kernel_sums
-from distrank.metrics.kernels import make_kernel, median_bandwidth
-from distrank.metrics.privacy import BOUNDED_KERNELS, client_budget, kd_sensitivity, release_kd
 from distrank.report.figures import new_figure, paper_style
+
+if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
+    from distrank.metrics.kd import KernelSums
 
 __all__ = [
     "check",
@@ -132,6 +132,10 @@ def kernel_inputs(
     size gets the KD that ``kernel_sums`` would give on its rows alone. Returns size
     -> ``{"kd_client": (M, k), "kd_all": (M,), "client_sizes": (k,)}``.
     """
+    from distrank.metrics.kd import kernel_sums
+    from distrank.metrics.kernels import make_kernel
+    from distrank.metrics.privacy import BOUNDED_KERNELS
+
     if kernel not in BOUNDED_KERNELS:
         raise ValueError(f"kernel: E9 needs a bounded kernel {BOUNDED_KERNELS}, got {kernel!r}")
     owner = np.asarray(owner)
@@ -160,6 +164,8 @@ def kernel_inputs(
 
 def _merge(sums: KernelSums, groups: Sequence[Sequence[int]]) -> KernelSums:
     """The kernel sums of clients that are unions of the given groups of ``sums``."""
+    from distrank.metrics.kd import KernelSums
+
     xy = np.stack([sums.xy[:, g].sum(axis=1) for g in groups], axis=1)
     xx = np.array([[sums.xx[np.ix_(a, b)].sum() for b in groups] for a in groups])
     return KernelSums(
@@ -196,6 +202,7 @@ def write_kernel_inputs(
     """
     from distrank.clients import load_manifest
     from distrank.federation import load_features
+    from distrank.metrics.kernels import median_bandwidth
     from distrank.zoo import torch_session
 
     models = {name: load_features(path) for name, path in model_paths.items()}
@@ -255,7 +262,10 @@ def e9_table(
     ``mean_kendall_tau``/``std_kendall_tau`` (tau-b, ddof 0).
     ``sensitivity`` and ``noise_std`` are those of the smallest client.
     """
+    from scipy import stats
+
     from distrank.clients import client_weights
+    from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:
