@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny end-to-end study, run once per session."""
+"""Shared fixtures: the tiny end-to-end study and the small one, each run once per session."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 TINY_CONFIG = REPO / "tests/e2e/tiny.yaml"
+# E1 and E3 on 100 images: every kind of job (data, training, generation, features,
+# partition, client and central scoring, tables) in about a minute.
+SMALL_CONFIG = REPO / "tests/reliability/small.yaml"
 
 
-def snakemake_tiny(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+def snakemake_tiny(
+    workdir: Path, *args: str, timeout: int = 1800, config: Path = TINY_CONFIG
+) -> subprocess.CompletedProcess:
     """The real snakemake on the tiny config in `workdir` (stdout and stderr together)."""
     cmd = [
         str(SNAKEMAKE),
@@ -23,10 +28,10 @@ def snakemake_tiny(workdir: Path, *args: str, timeout: int = 1800) -> subprocess
         "-d",
         str(workdir),
         "--configfile",
-        str(TINY_CONFIG),
+        str(config),
         *args,
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTRANK_QUIET": "1"}
     return subprocess.run(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout
     )
@@ -43,6 +48,15 @@ def tiny_study(tmp_path_factory) -> Path:
     """A working directory in which the tiny study has run locally to completion."""
     workdir = tmp_path_factory.mktemp("tiny-local")
     run = snakemake_tiny(workdir, "--cores", "2")
+    assert run.returncode == 0, run.stdout[-5000:]
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def small_clean(tmp_path_factory) -> Path:
+    """A working directory in which small.yaml has run once, uninterrupted, to the end."""
+    workdir = tmp_path_factory.mktemp("small-clean")
+    run = snakemake_tiny(workdir, "--cores", "2", config=SMALL_CONFIG)
     assert run.returncode == 0, run.stdout[-5000:]
     return workdir
 

@@ -9,7 +9,7 @@ and that both runs wrote identical results.
 
 To run the real pipeline the same way, reuse `run_snakemake`, `slurm_job_ids`,
 `assert_completed_in_slurm` and `differing_files` with the pipeline's Snakefile
-and tiny config.
+and a study config (tests/reliability/small.yaml, as the last test does).
 
     .venv/bin/python -m pytest tests/test_slurm.py -m slurm
 """
@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -251,40 +250,27 @@ def test_toy_workflow_through_slurm_equals_local_run(slurm_cluster, tmp_path):
     assert not differing_files(local_dir / "results", slurm_dir / "results")
 
 
-SLURM_EXPERIMENTS = ("E1", "E2", "E3", "E6")
+def test_small_study_through_slurm_equals_local_run(slurm_cluster, small_clean, tmp_path):
+    """The real pipeline, unchanged, through profiles/slurm: the same results, bytes and all.
 
-
-def test_tiny_study_through_slurm_equals_local_run(slurm_cluster, tiny_study, tmp_path):
-    """The real pipeline, unchanged, through profiles/slurm: same tables, bytes and all.
-
-    The local run is a second, independent clean run, so this also shows determinism.
+    small.yaml has every kind of job (data, training, generation, features, partition,
+    client and central scoring, tables, figures) in ~20 jobs. The local run is a
+    second, independent clean run, so this also shows determinism.
     """
-    # E1, E2, E3 and E6 exercise every stage (download aside); the training-heavy
-    # experiments would only lengthen the run. Their tables do not depend on what
-    # else a config runs, so they must equal the full tiny study's.
-    config = yaml.safe_load((REPO / "tests/e2e/tiny.yaml").read_text())
-    config["experiments"] = {k: config["experiments"][k] for k in SLURM_EXPERIMENTS}
-    config.get("agreement", {})["enabled"] = False
-    (tmp_path / "tiny-slurm.yaml").write_text(yaml.safe_dump(config))
+    config = REPO / "tests/reliability/small.yaml"
     on_slurm = run_snakemake(
         tmp_path,
         "slurm",
-        ["--configfile", str(tmp_path / "tiny-slurm.yaml"), *FAST_STATUS_CHECKS],
+        ["--configfile", str(config), *FAST_STATUS_CHECKS],
         snakefile=REPO / "Snakefile",
-        env={**slurm_cluster.env, "HF_HUB_OFFLINE": "1"},
-        timeout_s=1200,
+        env={**slurm_cluster.env, "HF_HUB_OFFLINE": "1", "DISTRANK_QUIET": "1"},
+        timeout_s=900,
     )
     assert on_slurm.returncode == 0, _describe(on_slurm)
     job_ids = slurm_job_ids(on_slurm.stdout)
-    assert job_ids, _describe(on_slurm)
+    assert len(job_ids) >= 10, _describe(on_slurm)
     assert_completed_in_slurm(slurm_cluster, job_ids, slurm_run_id(on_slurm.stdout))
-    outputs = [
-        path
-        for key in SLURM_EXPERIMENTS
-        for folder in ("results/tiny", "figures/tiny")
-        for path in (tiny_study / folder).glob(f"{key}_*")
-    ]
-    assert len(outputs) >= 20
-    for local in outputs:
-        twin = tmp_path / local.relative_to(tiny_study)
-        assert local.read_bytes() == twin.read_bytes(), local.relative_to(tiny_study)
+    for output in ("results/small/E1_kd_consistency.csv", "figures/small/E3_gaussian_theory.png"):
+        assert (tmp_path / output).is_file()
+    for top in ("results", "figures"):  # every table, figure, feature and model file
+        assert not differing_files(small_clean / top, tmp_path / top)

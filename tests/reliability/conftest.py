@@ -1,14 +1,12 @@
-"""Fixtures of the reliability matrix: the loopback HTTP server of the data tests, and the
-small study (small.yaml) run once, cleanly, for the fault and determinism rows."""
+"""Fixtures of the reliability matrix: the loopback HTTP server of the data tests. The
+small study (small.yaml) run once, cleanly, is tests/conftest.py's ``small_clean``."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
-import pytest
-from reliability_kit import REPO, snakemake
+from reliability_kit import REPO
 
 
 def _load_data_conftest():
@@ -22,12 +20,3 @@ def _load_data_conftest():
 
 
 http_server = _load_data_conftest().http_server  # a fixture
-
-
-@pytest.fixture(scope="session")
-def small_clean(tmp_path_factory) -> Path:
-    """A working directory in which small.yaml has run once, uninterrupted, to the end."""
-    workdir = tmp_path_factory.mktemp("small-clean")
-    run = snakemake(workdir, "--cores", "2")
-    assert run.returncode == 0, run.stdout[-5000:]
-    return workdir
