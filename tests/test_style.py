@@ -1,4 +1,5 @@
-"""The tree is clean under the formatters and linters that CI runs (ruff, snakefmt)."""
+"""The tree is clean under the formatters and linters that CI runs (ruff, snakefmt,
+snakemake --lint)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ def test_clean(command):
         [str(BIN / command[0]), *command[1:]], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+
+
+def test_snakemake_lint_is_clean(tmp_path):
+    cmd = [str(BIN / "snakemake"), "--lint", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path)]
+    cmd += ["--configfile", str(REPO / "config.yaml")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "Congratulations" in run.stdout + run.stderr, (
+        run.stdout + run.stderr
+    )[-3000:]
