@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["Preprocessing", "check_images", "resize_matrix"]
 
@@ -169,15 +170,18 @@ class Preprocessing:
             resized = x
         elif self.uses_matrices(height, width):
             rows, cols = self._matrices(height, width)
-            x = np.matmul(rows, x)  # N, C, h, W: small GEMMs
-            # one GEMM for the second axis (np.matmul broadcasting a transposed operand can
-            # be far slower with a multithreaded BLAS); RGB goes straight into `out`
-            resized = out if channels == 3 else np.empty((n, 1, *self.size), dtype=np.float32)
-            np.matmul(
-                x.reshape(-1, width),
-                np.ascontiguousarray(cols.T),
-                out=resized.reshape(-1, self.size[1]),
-            )
+            # Small GEMMs on one BLAS thread: OpenBLAS's threads spin after a call and
+            # took a third of the CPU from the network's own threads (bench_extract.py).
+            with _blas().limit(limits=1, user_api="blas"):
+                x = np.matmul(rows, x)  # N, C, h, W
+                # one GEMM for the second axis (np.matmul broadcasting a transposed operand
+                # can be far slower); RGB goes straight into `out`
+                resized = out if channels == 3 else np.empty((n, 1, *self.size), np.float32)
+                np.matmul(
+                    x.reshape(-1, width),
+                    np.ascontiguousarray(cols.T),
+                    out=resized.reshape(-1, self.size[1]),
+                )
         else:
             resized = self._interpolate(torch.from_numpy(x)).numpy()
         if self.round_to_uint8 and resized is not x:
@@ -223,3 +227,9 @@ class Preprocessing:
         if torch.device(device).type == "cpu":
             return torch.from_numpy(self.numpy(images))
         return self.torch(images, device)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS and OpenMP libraries loaded in this process (found once)."""
+    return ThreadpoolController()
