@@ -18,10 +18,13 @@ torch is imported lazily, so degradations work without it.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import numpy as np
 
 from distrank._io import atomic_open
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "FAMILIES",
@@ -225,6 +228,52 @@ def check_labels(labels, n, n_classes=None) -> np.ndarray:
     if n_classes is not None and n and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"argument 'labels' must lie in 0..{n_classes - 1}")
     return labels.astype(np.int64)
+
+
+def training_labels(x_all, labels, n_classes: int | None, batch_size: int):
+    """The checked int64 label tensor of training images ``x_all`` and the class count
+    (``max + 1`` unless given); a batch must fit in the images."""
+    import torch
+
+    y_all = torch.from_numpy(check_labels(labels, len(x_all)))
+    n_classes = int(y_all.max()) + 1 if n_classes is None else n_classes
+    check_labels(labels, len(x_all), n_classes)
+    if len(x_all) < batch_size:
+        raise ValueError(f"argument 'batch_size' ({batch_size}) exceeds the {len(x_all)} images")
+    return y_all, n_classes
+
+
+def shuffled_batches(n: int, batch_size: int, rng):
+    """Endless index batches of ``n`` rows: consecutive slices of a permutation drawn
+    from ``rng``, a fresh one whenever fewer than ``batch_size`` rows are left."""
+    import torch
+
+    while True:
+        order = torch.randperm(n, generator=rng)
+        for pos in range(0, n - batch_size + 1, batch_size):
+            yield order[pos : pos + batch_size]
+
+
+class LossLog:
+    """Mean losses over each ``log_every`` steps (and up to the last step): ``history``
+    (``step`` and one list per loss name) and a log line per interval."""
+
+    def __init__(self, family: str, steps: int, log_every: int, names: tuple[str, ...]):
+        self.family, self.steps, self.every = family, steps, log_every
+        self.history = {"step": [], **{name: [] for name in names}}
+        self._sums = dict.fromkeys(names, 0.0)
+
+    def add(self, step: int, **losses: float) -> None:
+        for name, value in losses.items():
+            self._sums[name] += value
+        if step % self.every == 0 or step == self.steps:
+            k = (step - 1) % self.every + 1
+            self.history["step"].append(step)
+            for name, total in self._sums.items():
+                self.history[name].append(total / k)
+                self._sums[name] = 0.0
+            means = " ".join(f"{name} {self.history[name][-1]:.4f}" for name in self._sums)
+            _log.info("%s step %d/%d: %s", self.family, step, self.steps, means)
 
 
 def quarter_side(side: int) -> int:

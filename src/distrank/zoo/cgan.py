@@ -10,24 +10,22 @@ trades diversity for fidelity, the knob the paper's variance-limited experiments
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
 from distrank.zoo import (
-    check_labels,
+    LossLog,
     in_batches,
     load_network,
     quarter_side,
     sample_labels,
+    shuffled_batches,
     to_float,
     to_uint8,
     torch_session,
+    training_labels,
 )
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "Generator",
@@ -157,44 +155,26 @@ def train_cgan(
         ``generator`` (state dict of tensors), ``history`` (mean losses per interval).
     """
     x_all = to_float(images)
-    y_all = torch.from_numpy(check_labels(labels, len(x_all)))
-    n_classes = int(y_all.max()) + 1 if n_classes is None else n_classes
-    check_labels(labels, len(x_all), n_classes)
-    if len(x_all) < batch_size:
-        raise ValueError(f"argument 'batch_size' ({batch_size}) exceeds the {len(x_all)} images")
+    y_all, n_classes = training_labels(x_all, labels, n_classes, batch_size)
     config = {"z_dim": z_dim, "width": width, "n_classes": n_classes, "side": x_all.shape[-1]}
-    history = {"step": [], "d_loss": [], "g_loss": []}
+    losses = LossLog("cgan", steps, log_every, ("d_loss", "g_loss"))
     with torch_session(seed, threads):
         gen = Generator(z_dim, n_classes, width, config["side"])
         disc = Discriminator(n_classes, width, config["side"])
         opt_g = torch.optim.Adam(gen.parameters(), lr=lr_g, betas=(0.0, 0.9))
         opt_d = torch.optim.Adam(disc.parameters(), lr=lr_d, betas=(0.0, 0.9))
         rng = torch.Generator().manual_seed(seed)
-        order, pos = torch.randperm(len(x_all), generator=rng), 0
-        d_sum = g_sum = 0.0
-        for step in range(1, steps + 1):
-            if pos + batch_size > len(order):
-                order, pos = torch.randperm(len(x_all), generator=rng), 0
-            idx, pos = order[pos : pos + batch_size], pos + batch_size
-            x, y = x_all[idx], y_all[idx]
+        batches = shuffled_batches(len(x_all), batch_size, rng)
+        for step, idx in zip(range(1, steps + 1), batches):
             z = torch.randn(batch_size, z_dim, generator=rng)
-
-            d_loss, g_loss = train_step(gen, disc, opt_g, opt_d, x, y, z)
-            d_sum, g_sum = d_sum + d_loss, g_sum + g_loss
-            if step % log_every == 0 or step == steps:
-                k = (step - 1) % log_every + 1
-                history["step"].append(step)
-                history["d_loss"].append(d_sum / k)
-                history["g_loss"].append(g_sum / k)
-                log.info(
-                    "cgan step %d/%d: d_loss %.4f g_loss %.4f",
-                    step,
-                    steps,
-                    history["d_loss"][-1],
-                    history["g_loss"][-1],
-                )
-                d_sum = g_sum = 0.0
-    return {"family": "cgan", "config": config, "generator": gen.state_dict(), "history": history}
+            d_loss, g_loss = train_step(gen, disc, opt_g, opt_d, x_all[idx], y_all[idx], z)
+            losses.add(step, d_loss=d_loss, g_loss=g_loss)
+    return {
+        "family": "cgan",
+        "config": config,
+        "generator": gen.state_dict(),
+        "history": losses.history,
+    }
 
 
 @torch.no_grad()

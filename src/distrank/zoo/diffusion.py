@@ -37,7 +37,6 @@ class embeddings are added inside every block.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
@@ -45,15 +44,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from distrank.zoo import (
-    check_labels,
+    LossLog,
     in_batches,
     sample_labels,
+    shuffled_batches,
     to_float,
     to_uint8,
     torch_session,
+    training_labels,
 )
-
-log = logging.getLogger(__name__)
 
 #: Rows of every network call when sampling (see :func:`_predict`).
 _CHUNK = 200
@@ -166,17 +165,13 @@ def train_diffusion(
         network's state dict), ``history``.
     """
     x_all = to_float(images)
-    y_all = torch.from_numpy(check_labels(labels, len(x_all)))
-    n_classes = int(y_all.max()) + 1 if n_classes is None else n_classes
-    check_labels(labels, len(x_all), n_classes)
-    if len(x_all) < batch_size:
-        raise ValueError(f"argument 'batch_size' ({batch_size}) exceeds the {len(x_all)} images")
+    y_all, n_classes = training_labels(x_all, labels, n_classes, batch_size)
     if not 0 <= p_uncond < 1:
         raise ValueError(f"argument 'p_uncond' must lie in [0, 1), got {p_uncond!r}")
     if not 0 <= ema_decay < 1:
         raise ValueError(f"argument 'ema_decay' must lie in [0, 1), got {ema_decay!r}")
     config = {"width": width, "n_classes": n_classes, "side": x_all.shape[-1]}
-    history = {"step": [], "loss": []}
+    losses = LossLog("diffusion", steps, log_every, ("loss",))
     warmup = max(1, steps // 20)
     with torch_session(seed, threads):
         net = UNet(n_classes, width, config["side"])
@@ -188,11 +183,8 @@ def train_diffusion(
             opt, lambda i: min((i + 1) / warmup, 0.5 * (1 + math.cos(math.pi * i / steps)))
         )
         rng = torch.Generator().manual_seed(seed)
-        order, pos, loss_sum = torch.randperm(len(x_all), generator=rng), 0, 0.0
-        for step in range(1, steps + 1):
-            if pos + batch_size > len(order):
-                order, pos = torch.randperm(len(x_all), generator=rng), 0
-            idx, pos = order[pos : pos + batch_size], pos + batch_size
+        batches = shuffled_batches(len(x_all), batch_size, rng)
+        for step, idx in zip(range(1, steps + 1), batches):
             x0, y = x_all[idx], y_all[idx].clone()
             y[torch.rand(batch_size, generator=rng) < p_uncond] = n_classes
             t = torch.rand(batch_size, generator=rng)
@@ -207,18 +199,12 @@ def train_diffusion(
                 decay = min(ema_decay, (1 + step) / (10 + step))
                 for p_ema, p in zip(ema.parameters(), net.parameters()):
                     p_ema.lerp_(p, 1 - decay)
-
-            loss_sum += loss.item()
-            if step % log_every == 0 or step == steps:
-                history["step"].append(step)
-                history["loss"].append(loss_sum / ((step - 1) % log_every + 1))
-                log.info("diffusion step %d/%d: loss %.4f", step, steps, history["loss"][-1])
-                loss_sum = 0.0
+            losses.add(step, loss=loss.item())
     return {
         "family": "diffusion",
         "config": config,
         "generator": ema.state_dict(),
-        "history": history,
+        "history": losses.history,
     }
 
 

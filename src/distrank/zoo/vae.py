@@ -11,23 +11,21 @@ trades diversity for typicality, temperature 0 gives one image per class.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from distrank.zoo import (
-    check_labels,
+    LossLog,
     in_batches,
     load_network,
     quarter_side,
     sample_labels,
+    shuffled_batches,
     to_float,
     torch_session,
+    training_labels,
 )
-
-log = logging.getLogger(__name__)
 
 __all__ = ["VAE", "train_vae", "sample_vae"]
 
@@ -101,22 +99,15 @@ def train_vae(
         ``history``.
     """
     x_all = to_float(images).add_(1.0).div_(2.0)  # Bernoulli targets in [0, 1]
-    y_all = torch.from_numpy(check_labels(labels, len(x_all)))
-    n_classes = int(y_all.max()) + 1 if n_classes is None else n_classes
-    check_labels(labels, len(x_all), n_classes)
-    if len(x_all) < batch_size:
-        raise ValueError(f"argument 'batch_size' ({batch_size}) exceeds the {len(x_all)} images")
+    y_all, n_classes = training_labels(x_all, labels, n_classes, batch_size)
     config = {"z_dim": z_dim, "width": width, "n_classes": n_classes, "side": x_all.shape[-1]}
-    history = {"step": [], "loss": []}
+    losses = LossLog("vae", steps, log_every, ("loss",))
     with torch_session(seed, threads):
         vae = VAE(z_dim, n_classes, width, config["side"])
         opt = torch.optim.Adam(vae.parameters(), lr=lr)
         rng = torch.Generator().manual_seed(seed)
-        order, pos, loss_sum = torch.randperm(len(x_all), generator=rng), 0, 0.0
-        for step in range(1, steps + 1):
-            if pos + batch_size > len(order):
-                order, pos = torch.randperm(len(x_all), generator=rng), 0
-            idx, pos = order[pos : pos + batch_size], pos + batch_size
+        batches = shuffled_batches(len(x_all), batch_size, rng)
+        for step, idx in zip(range(1, steps + 1), batches):
             x, y = x_all[idx], y_all[idx]
 
             mu, logvar = vae.encode(x, y)
@@ -128,13 +119,13 @@ def train_vae(
             loss.backward()
             opt.step()
 
-            loss_sum += loss.item()
-            if step % log_every == 0 or step == steps:
-                history["step"].append(step)
-                history["loss"].append(loss_sum / ((step - 1) % log_every + 1))
-                log.info("vae step %d/%d: loss %.2f", step, steps, history["loss"][-1])
-                loss_sum = 0.0
-    return {"family": "vae", "config": config, "generator": vae.state_dict(), "history": history}
+            losses.add(step, loss=loss.item())
+    return {
+        "family": "vae",
+        "config": config,
+        "generator": vae.state_dict(),
+        "history": losses.history,
+    }
 
 
 @torch.no_grad()
