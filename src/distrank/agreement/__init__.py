@@ -28,6 +28,8 @@ intervals; :mod:`.data` the distributions; :mod:`.figures` the shared figure;
 :mod:`.study` runs a family from its config section and writes its outputs.
 """
 
+from distrank._lazy import lazy_getattr
+
 #: Family -> output stem (fixed names); torch-, scipy- and scikit-learn-free, for the
 #: Snakefile.
 FAMILIES = {
@@ -53,9 +55,5 @@ _LAZY = {
 __all__ = ["FAMILIES", *_LAZY]
 
 
-def __getattr__(name):  # PEP 562: the rest loads scipy and scikit-learn on first use
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PEP 562: the rest loads scipy and scikit-learn on first use
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -10,30 +10,19 @@ extractor is built, not on ``import distrank.features``.
 
 from __future__ import annotations
 
-__all__ = [
-    "Extractor",
-    "available_extractors",
-    "cached_features",
-    "extract_to_file",
-    "get_extractor",
-    "extractor_from_config",
-    "register_extractor",
-]
+from distrank._lazy import lazy_getattr
 
+_EXPORTS = {
+    "Extractor": "base",
+    "available_extractors": "base",
+    "get_extractor": "base",
+    "extractor_from_config": "base",
+    "register_extractor": "base",
+    "cached_features": "cache",
+    "extract_to_file": "cache",
+}
 
-def __getattr__(name):  # PEP 562: keep `import distrank.features` cheap
-    if name in (
-        "Extractor",
-        "available_extractors",
-        "get_extractor",
-        "extractor_from_config",
-        "register_extractor",
-    ):
-        from . import base
+__all__ = list(_EXPORTS)
 
-        return getattr(base, name)
-    if name in ("cached_features", "extract_to_file"):
-        from . import cache
-
-        return getattr(cache, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PEP 562: keep `import distrank.features` cheap
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -6,6 +6,7 @@ one tidy table by ``score``. ``registry`` names them (torch-free); everything el
 imports torch on first use.
 """
 
+from distrank._lazy import lazy_getattr
 from distrank.metrics.registry import METRICS
 
 _LAZY = {
@@ -31,9 +32,5 @@ _LAZY = {
 __all__ = ["METRICS", *_LAZY]
 
 
-def __getattr__(name):  # PEP 562: keep `import distrank.metrics.registry` torch-free
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PEP 562: keep `import distrank.metrics.registry` torch-free
+__getattr__ = lazy_getattr(__name__, _LAZY)

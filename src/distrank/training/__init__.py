@@ -19,6 +19,8 @@ runs on CUDA when available, else on the CPU, through the same code.
 
 from __future__ import annotations
 
+from distrank._lazy import lazy_getattr
+
 _EXPORTS = {
     "Checkpoints": "resume",
     "average_states": "federated",
@@ -36,9 +38,5 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):  # PEP 562: import torch-heavy modules on first use
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PEP 562: import torch-heavy modules on first use
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
