@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from textkit import cli_error
 
 from distrank.cli import EXIT_INPUT, main
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary, score_intervals
@@ -225,3 +226,14 @@ def test_intervals_add_low_and_high_from_the_bootstrap(files):
     assert meta["intervals"]["n_resamples"] == 40
     assert meta["intervals"]["confidence_level"] == 0.95
     assert "percentile" in meta["intervals"]["method"]
+
+
+@pytest.mark.parametrize("epsilon", ["0", "-1", "9e-4", "2e9", "nan", "inf"])
+def test_private_epsilon_outside_its_range_is_an_input_error(files, capsys, epsilon):
+    out = files / "bad.csv"
+    private = ("--metric", "kd", "--kernel", "rbf", "--kernel-param", "bandwidth=1")
+    args = score_args(files, *private, "--private", epsilon, "--delta", "1e-5", "--out", str(out))
+    assert main(args) == EXIT_INPUT
+    message = cli_error(capsys.readouterr().err, "score")
+    assert message.startswith("--private: expected an epsilon in [0.001, 1e+09], got ")
+    assert not out.exists()

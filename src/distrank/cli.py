@@ -443,10 +443,17 @@ def run_score(args) -> int:
 
 def compute_private_scores(scoring: Scoring, args) -> pd.DataFrame:
     """``--private``: ``distrank.metrics.privacy.private_scores``, its budget in the meta."""
-    from distrank.metrics.privacy import private_scores
+    from distrank.metrics.privacy import EPSILON_RANGE, private_scores
 
+    low, high = EPSILON_RANGE
+    if not low <= args.private <= high:  # NaN fails too
+        raise InputError(
+            f"--private: expected an epsilon in [{low:g}, {high:g}], got {args.private!r}"
+        )
     if args.delta is None:
         raise InputError("--private needs --delta (the delta of each client's budget)")
+    if not 0 < args.delta < 1:
+        raise InputError(f"--delta: expected a number in (0, 1), got {args.delta!r}")
     if list(args.metrics) != ["kd"]:
         raise InputError("--private releases KD only: add --metric kd")
     options = {k: getattr(args, k) for k in ("kernel", "kd_estimator", "weights", "seed", "dtype")}

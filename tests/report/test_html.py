@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from textkit import visible_lines, visible_text, words
 
+from distrank.report.figures import metric_label
 from distrank.report.html import build_report, consistency, flipped_pairs, write_report
 
 RNG = np.random.default_rng(11)
@@ -125,7 +127,10 @@ def test_page_is_self_contained_and_shows_every_number(scored):
             page,
         )
         assert cell and cell[1] == f"{row.value:.6g}", (row.model, row.metric)
-    assert "Consistency report: scores.csv" in page and "KID" in page  # Inception: KID
+    lines = visible_lines(page)
+    assert lines[0] == "Consistency report: scores.csv"
+    assert lines[lines.index("metrics") + 1] == "KID, FID, Precision, Recall, Density, Coverage"
+    assert named_distances(page) == {"KID", "KID_all", "KID_avg", "FID", "FID_all", "FID_avg"}
     assert (
         build_report(
             table,
@@ -135,6 +140,24 @@ def test_page_is_self_contained_and_shows_every_number(scored):
         )
         == page
     )  # same input, same bytes
+
+
+def named_distances(page: str) -> set[str]:
+    """The words of the page's visible text that name FD, KD, FID or KID (KD_all ...)."""
+    return {w for w in words(visible_text(page)) if re.fullmatch(r"(F|K)I?D(_\w+)?", w)}
+
+
+def test_text_names_fd_and_kd_as_the_figures_do(scored):
+    """On Inception features the text says FID/KID (as the axes do); elsewhere FD/KD."""
+    table = scored[2]["size"]
+    for extractor, fd, kd in (("inception", "FID", "KID"), ("dinov2_vits14", "FD", "KD")):
+        page = build_report(table, meta={"options": {"weights": "size"}}, extractor=extractor)
+        assert named_distances(page) == {kd, f"{kd}_all", f"{kd}_avg", fd, f"{fd}_all", f"{fd}_avg"}
+        assert metric_label("kd", extractor, "all").startswith(kd + "$")
+        lines = visible_lines(page)
+        flips = lines[lines.index("Where avg and all disagree: model pairs that flip") + 1 :]
+        assert flips[0] == f"{kd}: no pair flips; all and avg rank these models alike."
+        assert flips[1].startswith(f"{fd}: ")
 
 
 def test_names_are_escaped_and_write_is_atomic(tmp_path):

@@ -73,8 +73,18 @@ HIGHER_IS_BETTER = {key: m.higher_is_better for key, m in METRICS.items()}
 PRDC = ("precision", "recall", "density", "coverage")
 
 
-def display(key: str) -> str:
-    """The display name of a metric key; an unknown key is shown as it is."""
+#: Names of FD and KD on Inception-v3 features, where the literature calls them FID
+#: (Heusel et al., 2017) and KID (Binkowski et al., 2018); on any other network they
+#: stay FD and KD, so a number is never mistaken for one comparable with published FIDs.
+INCEPTION_NAMES = {"fd": "FID", "kd": "KID"}
+
+
+def display(key: str, extractor: str | None = None) -> str:
+    """The display name of a metric key on ``extractor``'s features: FD/KD become
+    FID/KID on Inception-v3 only. Without ``extractor``, the name that prefixes result
+    table columns (``KD_all``). An unknown key is shown as it is."""
+    if extractor and key in INCEPTION_NAMES and "inception" in extractor.lower():
+        return INCEPTION_NAMES[key]
     return DISPLAY.get(key, key)
 
 

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from distrank.metrics.registry import DISPLAY, display  # noqa: E402
 from distrank.report import atomic_write_bytes, output_path  # noqa: E402
 
 __all__ = [
@@ -63,16 +64,6 @@ PAPER_RC: dict[str, object] = {
     "path.simplify": False,
 }
 
-#: Display name of each metric; also the prefix of its columns in result tables.
-METRIC_NAMES = {
-    "kd": "KD",
-    "fd": "FD",
-    "precision": "Precision",
-    "recall": "Recall",
-    "density": "Density",
-    "coverage": "Coverage",
-}
-
 
 @contextmanager
 def paper_style() -> Iterator[None]:
@@ -105,17 +96,11 @@ def new_figure(
     return fig, axes
 
 
-def _is_inception(extractor: str) -> bool:
-    return "inception" in extractor.lower()
-
-
 def metric_name(metric: str, extractor: str) -> str:
-    """Display name: FD/KD become FID/KID only on Inception features."""
+    """Display name on ``extractor``'s features (``metrics.registry.display``: FD/KD
+    become FID/KID only on Inception features); a key in capitals is accepted."""
     key = metric.lower()
-    name = METRIC_NAMES.get(key, metric)
-    if key in ("fd", "kd") and _is_inception(extractor):
-        name = {"fd": "FID", "kd": "KID"}[key]
-    return name
+    return display(key, extractor) if key in DISPLAY else metric
 
 
 #: How the extractors of distrank.features are named on axes.

@@ -31,7 +31,9 @@ import base64
 import html
 import io
 import os
+import re
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -94,18 +96,19 @@ def build_report(
         f"Consistency report: {Path(source).name}" if source else "Consistency report"
     )
     pooled = {"all", "avg"} <= set(scores["aggregation"])
-    body = [_header(title, scores, meta, extractor, source)]
+    name = partial(display, extractor=extractor)  # FID/KID on Inception, as on the figures
+    body = [_header(title, scores, meta, extractor, source, name)]
     if pooled:
         body += [
-            _values_section(scores),
-            _consistency_section(scores, meta),
-            _flips_section(scores),
+            _values_section(scores, name),
+            _consistency_section(scores, meta, name),
+            _flips_section(scores, name),
             _figures_section(scores, extractor),
         ]
     else:
-        body.append(_client_only_section(scores, meta))
+        body.append(_client_only_section(scores, meta, name))
     if (scores["aggregation"] == "client").any():
-        body.append(_clients_section(scores))
+        body.append(_clients_section(scores, name))
     return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
 
 
@@ -235,13 +238,13 @@ def _per_metric(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
 # Sections
 
 
-def _header(title, scores, meta, extractor, source) -> str:
+def _header(title, scores, meta, extractor, source, name) -> str:
     models = scores["model"].unique()
     clients = sorted(set(scores.loc[scores["aggregation"] == "client", "client"]))
     options = meta.get("options") or {}
     facts = [
         ("models", f"{len(models)}: {', '.join(map(str, models))}"),
-        ("metrics", ", ".join(display(m) for m in scores["metric"].unique())),
+        ("metrics", ", ".join(name(m) for m in scores["metric"].unique())),
         ("clients", str(len(clients)) if clients else "no client rows"),
         ("features", extractor),
     ]
@@ -257,12 +260,12 @@ def _header(title, scores, meta, extractor, source) -> str:
     return f'<header><h1>{_e(title)}</h1><dl class="facts">{items}</dl></header>'
 
 
-def _values_section(scores) -> str:
+def _values_section(scores, name) -> str:
     per_metric = _per_metric(scores)
     arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
     head = (
         ["<tr><th rowspan=2>model</th>"]
-        + [f"<th colspan=2>{_e(display(m))} {arrows[m]}</th>" for m in per_metric]
+        + [f"<th colspan=2>{_e(name(m))} {arrows[m]}</th>" for m in per_metric]
         + ["</tr><tr>"]
         + ["<th>all</th><th>avg</th>"] * len(per_metric)
     )
@@ -304,16 +307,17 @@ def _values_section(scores) -> str:
     )
 
 
-def _consistency_section(scores, meta) -> str:
+def _consistency_section(scores, meta, name) -> str:
     table = consistency(scores, meta)
     rows = []
     for r in table.itertuples():
         measured = f"gap avg - all: mean {_num(r.gap_mean)}, range over models {_num(r.gap_range)}"
         if r.metric == "kd":
+            kd = _e(name("kd"))
             constant = r.gap_range <= GAP_RTOL * max(abs(r.gap_mean), np.finfo(float).tiny)
             measured = (
-                f"gap constant sum<sub>i</sub> &lambda;<sub>i</sub> KD(P&#772;, "
-                f"P<sub>i</sub>) = KD_avg - KD_all = <span class=gap>"
+                f"gap constant sum<sub>i</sub> &lambda;<sub>i</sub> {kd}(P&#772;, "
+                f"P<sub>i</sub>) = {kd}_avg - {kd}_all = <span class=gap>"
                 f"{_num(r.gap_mean)}</span> (mean over models); max - min over models "
                 f"{_num(r.gap_range)}: "
                 + ("constant up to float rounding" if constant else "<b>varies across models</b>")
@@ -323,9 +327,9 @@ def _consistency_section(scores, meta) -> str:
         measured += f"; {r.rank_flips} flipped pair{'s' * (r.rank_flips != 1)}"
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
         rows.append(
-            f'<tr data-metric="{_e(r.metric)}"><td>{_e(display(r.metric))}</td>'
+            f'<tr data-metric="{_e(r.metric)}"><td>{_e(name(r.metric))}</td>'
             f'<td class="{verdict_class} verdict">{_e(r.verdict)}</td>'
-            f"<td>{_e(r.why)}</td><td>{measured}</td>"
+            f"<td>{_e(_named(r.why, name))}</td><td>{measured}</td>"
             f'<td class="num tau">{_tau(r.kendall_tau)}</td></tr>'
         )
     body = (
@@ -343,24 +347,24 @@ def _consistency_section(scores, meta) -> str:
     )
 
 
-def _flips_section(scores) -> str:
+def _flips_section(scores, name) -> str:
     items = []
     for metric in _per_metric(scores):
-        pairs, name = flipped_pairs(scores, metric), display(metric)
+        pairs, shown = flipped_pairs(scores, metric), name(metric)
         if pairs.empty:
             items.append(
-                f'<li data-metric="{_e(metric)}" data-flips="0"><b>{_e(name)}</b>: '
+                f'<li data-metric="{_e(metric)}" data-flips="0"><b>{_e(shown)}</b>: '
                 "no pair flips; all and avg rank these models alike.</li>"
             )
             continue
         flips = "".join(
-            f"<li><b>{_e(p.model_a)}</b> is better than <b>{_e(p.model_b)}</b> by {_e(name)}_all "
-            f"({_num(p.a_all)} against {_num(p.b_all)}), worse by {_e(name)}_avg "
+            f"<li><b>{_e(p.model_a)}</b> is better than <b>{_e(p.model_b)}</b> by {_e(shown)}_all "
+            f"({_num(p.a_all)} against {_num(p.b_all)}), worse by {_e(shown)}_avg "
             f"({_num(p.a_avg)} against {_num(p.b_avg)})</li>"
             for p in pairs.itertuples()
         )
         items.append(
-            f'<li data-metric="{_e(metric)}" data-flips="{len(pairs)}"><b>{_e(name)}'
+            f'<li data-metric="{_e(metric)}" data-flips="{len(pairs)}"><b>{_e(shown)}'
             f"</b>: {len(pairs)} flipped pair{'s' * (len(pairs) != 1)}<ul>{flips}</ul></li>"
         )
     return _section(
@@ -371,6 +375,7 @@ def _flips_section(scores) -> str:
 
 
 def _figures_section(scores, extractor) -> str:
+    name = partial(display, extractor=extractor)
     blocks = []
     metrics = set(_per_metric(scores))
     if {"kd", "fd"} <= metrics:
@@ -379,12 +384,15 @@ def _figures_section(scores, extractor) -> str:
             _figure(
                 e1_figure(table, extractor),
                 "E1",
-                "KD_avg against KD_all (left): one line of slope 1, the gap of "
-                "Theorem 1. FD (right): pairs whose order flips are joined in red.",
+                _named(
+                    "KD_avg against KD_all (left): one line of slope 1, the gap of "
+                    "Theorem 1. FD (right): pairs whose order flips are joined in red.",
+                    name,
+                ),
             )
         )
     else:
-        blocks.append("<p>The E1 figure needs KD and FD in both aggregations.</p>")
+        blocks.append(_named("<p>The E1 figure needs KD and FD in both aggregations.</p>", name))
     if set(PRDC) <= metrics:
         table, _ = e6_table(scores)
         blocks.append(
@@ -403,7 +411,7 @@ def _figures_section(scores, extractor) -> str:
     return _section("figures", "Figures (E1 and E6 for these models)", "".join(blocks))
 
 
-def _client_only_section(scores, meta) -> str:
+def _client_only_section(scores, meta, name) -> str:
     clients = scores[scores["aggregation"] == "client"]
     if clients.empty:
         raise ValueError("scores: no 'all', 'avg' or 'client' rows to report on")
@@ -426,11 +434,12 @@ def _client_only_section(scores, meta) -> str:
         order = _ranking(rows.set_index("model")["value"], metric)
         ranking = " &gt; ".join(_e(m) for m in order)
         if metric == "kd":
+            kd = _e(name("kd"))
             text = (
-                "<b>KD</b>: the centralized ranking is known without pooling the data: by "
+                f"<b>{kd}</b>: the centralized ranking is known without pooling the data: by "
                 "Theorem 1 it is the avg ranking, " + ranking + ", provided the clients "
                 "used weights n_i/n, one kernel (a bandwidth fixed for all), the same "
-                "samples and a full-sample estimator. KD_all itself is not known: its "
+                f"samples and a full-sample estimator. {kd}_all itself is not known: its "
                 "offset needs kernel sums across clients."
             )
         elif metric == "recall":
@@ -446,10 +455,10 @@ def _client_only_section(scores, meta) -> str:
             )
         else:
             text = (
-                f"<b>{_e(display(metric))}</b>: only the avg ranking ({ranking}) is "
+                f"<b>{_e(name(metric))}</b>: only the avg ranking ({ranking}) is "
                 "known. The centralized ranking may differ"
                 + (
-                    ": FD_all follows from the clients' (n_i, mean, covariance), not "
+                    f": {_e(name('fd'))}_all follows from the clients' (n_i, mean, covariance), not "
                     "from their FD scores; share those statistics to compute it."
                     if metric == "fd"
                     else ", and the client scores cannot tell how."
@@ -464,7 +473,7 @@ def _client_only_section(scores, meta) -> str:
     return _section("client-only", "What can and cannot be concluded without pooled data", body)
 
 
-def _clients_section(scores) -> str:
+def _clients_section(scores, name) -> str:
     rows = scores[scores["aggregation"] == "client"]
     blocks = []
     for metric, part in rows.groupby("metric", sort=False):
@@ -473,7 +482,7 @@ def _clients_section(scores) -> str:
         ).sort_index()
         agree = _clients_agree(wide, metric)
         blocks.append(
-            f"<h3>{_e(display(metric))}</h3><p>{_e(agree)}</p>"
+            f"<h3>{_e(name(metric))}</h3><p>{_e(agree)}</p>"
             + _table(wide.reset_index(), metric=metric)
         )
     return _section(
@@ -580,6 +589,11 @@ def _table(df: pd.DataFrame, *, metric: str | None = None, css: str = "") -> str
 
 def _section(key: str, heading: str, body: str, intro: str = "", outro: str = "") -> str:
     return f'<section id="{key}"><h2>{_e(heading)}</h2>{intro}{body}{outro}</section>'
+
+
+def _named(text: str, name) -> str:
+    """``text`` with the words KD and FD (also in KD_all, KD(...)) as ``name`` shows them."""
+    return re.sub(r"\b(KD|FD)(?=_|\b)", lambda m: name(m[1].lower()), text)
 
 
 def _num(value) -> str:

@@ -1,0 +1,73 @@
+"""What a reader sees, parsed: the visible text of an HTML page and the message of a
+CLI error. Tests assert on these, never on a substring of a whole page, file or log,
+where encoded images, attributes or paths could match by accident."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+#: Elements whose content a browser does not show as text.
+_HIDDEN = {"script", "style", "head", "title", "template", "noscript"}
+#: Elements that end a line of text (so words of adjacent blocks never run together).
+_BLOCKS = {
+    "p", "div", "li", "ul", "ol", "tr", "table", "thead", "tbody", "br", "h1", "h2", "h3",
+    "h4", "h5", "h6", "section", "figure", "figcaption", "caption", "pre", "dl", "dt", "dd",
+}  # fmt: skip
+
+
+class _Text(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _HIDDEN:
+            self.hidden += 1
+        elif tag in _BLOCKS:
+            self.parts.append("\n")
+        elif tag in ("td", "th"):
+            self.parts.append("\t")
+
+    def handle_endtag(self, tag):
+        if tag in _HIDDEN:
+            self.hidden = max(0, self.hidden - 1)
+        elif tag in _BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def visible_lines(page: str) -> list[str]:
+    """The page's visible text (no tags, attributes, scripts, styles or data URIs), one
+    entry per line of text, whitespace collapsed, empty lines dropped."""
+    parser = _Text()
+    parser.feed(page)
+    parser.close()
+    lines = "".join(parser.parts).split("\n")
+    return [" ".join(line.split()) for line in lines if line.strip()]
+
+
+def visible_text(page: str) -> str:
+    """The visible lines of a page joined by newlines."""
+    return "\n".join(visible_lines(page))
+
+
+def words(text: str) -> list[str]:
+    """The words of a text (letters, digits, ``_``, ``-`` and ``.`` inside a word)."""
+    return re.findall(r"[\w][\w.\-]*[\w]|[\w]", text)
+
+
+def cli_error(stderr: str, command: str | None = None) -> str:
+    """The message of the CLI's one error line, ``distrank <command>: error: <message>``.
+
+    Fails unless exactly one such line is present, so a test reads the message the user
+    was shown, not a match anywhere in the log.
+    """
+    name = re.escape(command) if command else r"\S+"
+    found = re.findall(rf"^distrank {name}: error: (.*)$", stderr, flags=re.M)
+    assert len(found) == 1, f"expected one error line in:\n{stderr}"
+    return found[0]
