@@ -1,11 +1,32 @@
 #!/usr/bin/env bash
-# Idempotent set-up: the virtual environment at .venv/ with distrank installed,
-# and the offline Fashion-MNIST files from Debian when we may install them.
+# Idempotent set-up: the virtual environment at .venv/ with distrank installed at the
+# versions of requirements.lock, and the offline Fashion-MNIST files from Debian when
+# we may install them.
 #   ./setup.sh          everything the pipeline needs
 #   ./setup.sh --test   plus the test dependencies, a local SLURM and headless chromium
-#                       for the report page tests (Debian packages: root only)
+#                       for the report page tests (Debian packages: root only); the venv
+#                       then holds exactly the lock (anything else is uninstalled)
+#   ./setup.sh --lock   refresh requirements.lock from pyproject.toml: a clean venv gets
+#                       the newest releases the ranges allow, and is frozen
 set -euo pipefail
 cd "$(dirname "$0")"
+lock=requirements.lock
+
+if [[ "${1:-}" == "--lock" ]]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m venv "$tmp/venv"
+  "$tmp/venv/bin/python" -m pip install -q --upgrade pip setuptools
+  "$tmp/venv/bin/python" -m pip install -q -e ".[test]"
+  {
+    echo "# Every distribution that './setup.sh --test' installs, for $("$tmp/venv/bin/python" -V)"
+    echo "# on $(uname -s) $(uname -m). Made by './setup.sh --lock' (a frozen clean venv); do not edit."
+    "$tmp/venv/bin/python" -m pip freeze --all --exclude-editable | LC_ALL=C sort -f
+  } >"$lock.tmp"
+  mv "$lock.tmp" "$lock"
+  echo "wrote $lock ($(grep -c '==' "$lock") distributions)"
+  exit 0
+fi
 
 extra=pipeline
 debs=(dataset-fashion-mnist)
@@ -27,9 +48,16 @@ if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 fi
 
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
-stamp=.venv/.distrank-$extra-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.distrank-$extra-$(cat pyproject.toml "$lock" | sha256sum | cut -c1-16)
 if [[ ! -e $stamp ]]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[$extra]"
+  pip=(.venv/bin/python -m pip install -q -c "$lock")
+  "${pip[@]}" pip setuptools # the locked installer and build backend
+  "${pip[@]}" --no-build-isolation -e ".[$extra]"
+  if [[ $extra == test ]]; then # exactly the lock: remove what an older install left
+    stale=$(.venv/bin/python -m pip freeze --exclude-editable | sed 's/==.*//' |
+      grep -vixFf <(sed -n 's/==.*//p' "$lock") || true)
+    [[ -z $stale ]] || .venv/bin/python -m pip uninstall -q -y $stale
+  fi
+  rm -f .venv/.distrank-*
   touch "$stamp"
 fi
