@@ -181,9 +181,9 @@ def test_calibration_and_accounting_hold_across_the_epsilon_range(epsilon, n_rel
     delta = 1e-5
     z = noise_multiplier(epsilon=epsilon, delta=delta, n_releases=n_releases)
     exact = math.sqrt(n_releases) * mpmath_noise_multiplier(epsilon, delta)
-    assert z == pytest.approx(exact, rel=1e-8)
+    assert z == pytest.approx(exact, rel=1e-12)
     spent = epsilon_spent(noise_multiplier=z, n_releases=n_releases, delta=delta)
-    assert spent == pytest.approx(epsilon, rel=1e-8)
+    assert spent == pytest.approx(epsilon, rel=1e-12)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 9e-4, 1.1e9, float("nan"), float("inf")])

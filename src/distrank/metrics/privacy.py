@@ -74,7 +74,8 @@ from distrank.metrics.scoring import score
 BOUNDED_KERNELS = ("rbf", "laplace")
 ESTIMATORS = ("unbiased", "biased")
 #: The epsilons a budget may have: below, the noise swamps any KD; above, the
-#: calibration's root find loses digits (it is checked to 1e-8 relative across it).
+#: noise is below float32 resolution of any KD (the calibration is checked to 1e-12
+#: relative across the range).
 EPSILON_RANGE = (1e-3, 1e9)
 
 
@@ -96,7 +97,7 @@ class PrivacyBudget:
 
     ``noise_multiplier`` is sigma / sensitivity of every release; ``epsilon_spent``
     is the exact epsilon of the composed releases at ``delta`` (equal to
-    ``epsilon`` up to the root finds' tolerance, ~1e-9 relative).
+    ``epsilon`` up to the root finds' tolerance, ~1e-12 relative).
     """
 
     epsilon: float
@@ -119,7 +120,10 @@ def noise_multiplier(*, epsilon: float, delta: float, n_releases: int = 1) -> fl
     epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
     n_releases = positive_int(n_releases, "n_releases")
     with _quiet_bracketing():
-        return math.sqrt(n_releases) * dp_accounting.get_sigma_gaussian(epsilon, delta)
+        # tol bounds sigma's absolute error; at the smallest one the root find stops on
+        # its relative tolerance (4e-16) instead, which sigma ~ 1e-5 at epsilon 1e9 needs
+        z_1 = dp_accounting.get_sigma_gaussian(epsilon, delta, tol=np.finfo(float).tiny)
+    return math.sqrt(n_releases) * z_1
 
 
 def epsilon_spent(*, noise_multiplier: float, n_releases: int, delta: float) -> float:
