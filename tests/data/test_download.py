@@ -143,7 +143,7 @@ def test_gives_up_after_retries(http_server, tmp_path):
 
 
 def test_not_found_is_not_retried(http_server, tmp_path):
-    with pytest.raises(DownloadError, match="404"):
+    with pytest.raises(DownloadError, match=r"missing\.bin: HTTP 404 Not Found$"):
         fetch(http_server.url("missing.bin"), tmp_path / "m.bin", sha256=SHA256, **FAST)
     assert len(http_server.requests) == 1
 

@@ -163,7 +163,10 @@ def test_figure_has_a_panel_per_metric(small_study, tmp_path):
 
 
 def test_check_names_the_key():
-    with pytest.raises(ValueError, match="E10"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config: experiments\.E10 bootstraps KD on the full samples; metrics\.kd_estimator",
+    ):
         check({"metrics": ["kd"]}, {"metrics": {"kd_estimator": "subsets"}})
     check({"metrics": ["fd"]}, {"metrics": {"kd_estimator": "subsets"}})
 

@@ -74,7 +74,10 @@ def test_figure_draws_four_runs():
 def test_checks():
     config = {"zoo": {"cgan": {"steps": 10}}}
     get("E7").check(SETTINGS, config)
-    with pytest.raises(ValueError, match="zoo.cgan"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config: experiments\.E7 fine-tunes the zoo's cGAN, but zoo\.cgan is not set$",
+    ):
         get("E7").check(SETTINGS, {"zoo": {}})
     with pytest.raises(ValueError, match="multiple of eval_every"):
         get("E7").check({**SETTINGS, "steps": 10}, config)

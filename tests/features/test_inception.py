@@ -68,7 +68,9 @@ def test_metadata(inception, random_inception_weights):
 
 
 def test_only_torch_backend(random_inception_weights):
-    with pytest.raises(ValueError, match="torch"):
+    with pytest.raises(
+        ValueError, match=r"^the inception extractor has only the 'torch' backend, got 'onnx'$"
+    ):
         get_extractor("inception", backend="onnx", weights_path=random_inception_weights)
 
 

@@ -83,5 +83,5 @@ def test_latex_escape_all_specials():
 
 
 def test_rejects_non_dataframe(tmp_path):
-    with pytest.raises(TypeError, match="DataFrame"):
+    with pytest.raises(TypeError, match=r"^df must be a pandas DataFrame, got list$"):
         write_table([[1, 2]], tmp_path / "x")
