@@ -68,7 +68,7 @@ def test_figure_draws_four_runs():
         "centralized",
         "no fine-tuning",
     ]
-    assert "max relative difference 0" in ax.get_title(loc="left")
+    assert ax.get_title(loc="left") == "FedSGD vs centralized: max relative difference 0"
 
 
 def test_checks():
