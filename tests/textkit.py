@@ -1,6 +1,7 @@
-"""What a reader sees, parsed: the visible text of an HTML page and the message of a
-CLI error. Tests assert on these, never on a substring of a whole page, file or log,
-where encoded images, attributes or paths could match by accident."""
+"""What a reader sees, parsed: the visible text of an HTML page, the message of a CLI
+error and the cells of a Markdown table. Tests assert on these, never on a substring of
+a whole page, file or log, where encoded images, attributes or paths could match by
+accident."""
 
 from __future__ import annotations
 
