@@ -1,6 +1,7 @@
 """Progress bars (distrank._progress): live bars on a terminal, whole lines in logs, quiet."""
 
 import io
+import re
 
 import pytest
 
@@ -21,6 +22,20 @@ def _follow_env(monkeypatch):
     set_quiet(None)
 
 
+#: One tqdm line: "desc:  25%|##   | 1/4 [00:00<00:00, 110.42img/s]".
+BAR = re.compile(
+    r"(?P<desc>.+?): *(?P<pct>\d+)%\|.*\| *(?P<n>\d+)/(?P<total>\d+) "
+    r"\[(?P<elapsed>[\d:]+)<(?P<left>[\d:?]+), *(?P<rate>[\d.?]+)(?P<unit>\w+)/s\]"
+)
+
+
+def bar_fields(line: str) -> dict[str, str]:
+    """The fields of one progress line (it must be a whole tqdm line)."""
+    found = BAR.fullmatch(line.strip())
+    assert found, line
+    return found.groupdict()
+
+
 def test_log_lines_are_whole_lines_with_count_rate_and_time_left(monkeypatch):
     monkeypatch.setattr(_progress, "LINE_INTERVAL_S", 0.0)  # a line at every update
     log = io.StringIO()
@@ -30,9 +45,11 @@ def test_log_lines_are_whole_lines_with_count_rate_and_time_left(monkeypatch):
     text = log.getvalue()
     assert "\r" not in text
     lines = text.splitlines()
-    assert lines[0].startswith("extract ref:   0%") and "0/4" in lines[0]
-    assert lines[-1].startswith("extract ref: 100%") and "4/4" in lines[-1]
-    assert "img/s" in lines[-1] and "<" in lines[-1]  # rate, and elapsed<remaining
+    first, last = bar_fields(lines[0]), bar_fields(lines[-1])
+    assert first["desc"] == last["desc"] == "extract ref"
+    assert (first["pct"], first["n"], first["total"]) == ("0", "0", "4")
+    assert (last["pct"], last["n"], last["total"]) == ("100", "4", "4")
+    assert last["unit"] == "img" and last["left"] == "00:00"  # rate, and elapsed<remaining
     assert len(lines) == 5  # the start, then one per update; the end is not repeated
 
 
@@ -40,7 +57,11 @@ def test_log_lines_are_sparse():
     log = io.StringIO()  # the default interval (30 s) is far longer than this loop
     assert list(progress(range(1000), desc="loop", file=log)) == list(range(1000))
     lines = log.getvalue().splitlines()
-    assert len(lines) == 2 and "0/1000" in lines[0] and "1000/1000" in lines[1]
+    assert len(lines) == 2
+    assert [(bar_fields(line)["n"], bar_fields(line)["total"]) for line in lines] == [
+        ("0", "1000"),
+        ("1000", "1000"),
+    ]
 
 
 def test_terminal_bar_redraws_in_place_with_rate_and_eta():
@@ -48,7 +69,9 @@ def test_terminal_bar_redraws_in_place_with_rate_and_eta():
     for _ in progress(range(3), desc="train", unit="step", file=tty):
         pass
     text = tty.getvalue()
-    assert "\r" in text and "3/3" in text and "step/s" in text
+    assert "\r" in text
+    last = bar_fields(text.rstrip().split("\r")[-1])  # the last redraw
+    assert (last["n"], last["total"], last["unit"]) == ("3", "3", "step")
 
 
 @pytest.mark.parametrize("how", ["set_quiet", "env"])

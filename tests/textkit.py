@@ -1,6 +1,7 @@
-"""What a reader sees, parsed: the visible text of an HTML page and the message of a
-CLI error. Tests assert on these, never on a substring of a whole page, file or log,
-where encoded images, attributes or paths could match by accident."""
+"""What a reader sees, parsed: the visible text of an HTML page, the message of a CLI
+error and the cells of a Markdown table. Tests assert on these, never on a substring of
+a whole page, file or log, where encoded images, attributes or paths could match by
+accident."""
 
 from __future__ import annotations
 
@@ -71,3 +72,20 @@ def cli_error(stderr: str, command: str | None = None) -> str:
     found = re.findall(rf"^distrank {name}: error: (.*)$", stderr, flags=re.M)
     assert len(found) == 1, f"expected one error line in:\n{stderr}"
     return found[0]
+
+
+def markdown_tables(text: str) -> list[list[dict[str, str]]]:
+    """The pipe tables of a Markdown text, each a list of rows ``{header: cell}`` (cells
+    stripped), so a test compares whole cells, never a number inside a longer one."""
+    tables, block = [], []
+    for line in [*text.splitlines(), ""]:
+        line = line.strip()
+        if line.startswith("|") and line.endswith("|"):
+            block.append([cell.strip() for cell in line[1:-1].split("|")])
+            continue
+        if block:
+            header, rule, *rows = block
+            assert all(re.fullmatch(r":?-+:?", cell) for cell in rule), f"not a table: {block}"
+            tables.append([dict(zip(header, row, strict=True)) for row in rows])
+            block = []
+    return tables

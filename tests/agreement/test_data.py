@@ -47,5 +47,5 @@ def test_finite_sets_are_uniform_over_rows():
 
 
 def test_unknown_population_is_named():
-    with pytest.raises(ValueError, match="california"):
+    with pytest.raises(ValueError, match=r"^data must be one of .*, got 'california'$"):
         population("california", n_eval=10, seed=0)

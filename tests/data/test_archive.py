@@ -92,7 +92,10 @@ def test_zip_attacks_are_refused(tmp_path, name):
     work = tmp_path / "work"
     work.mkdir()
     archive = make_zip(tmp_path / "bad.zip", [("ok.txt", b"ok"), (name, b"evil")])
-    with pytest.raises(UnsafeArchiveError, match="evil"):
+    with pytest.raises(
+        UnsafeArchiveError,
+        match=r"^refusing to extract .*bad\.zip, nothing was extracted: '.*evil\.txt': ",
+    ):
         safe_extract(archive, work / "out")
     assert list(work.iterdir()) == []
 

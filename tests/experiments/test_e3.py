@@ -146,7 +146,7 @@ def test_kd_offset_is_constant_and_argmins_agree(clients, curves):
 def test_rejects_bad_setup():
     with pytest.raises(ValueError, match="positive definite"):
         GaussianClients(np.zeros((2, 2)), np.array([np.eye(2), -np.eye(2)]), np.ones(2))
-    with pytest.raises(ValueError, match="bandwidth"):
+    with pytest.raises(ValueError, match=r"^bandwidth must be positive"):
         e3_curves(ring_clients(), [0.0, 1.0], bandwidth=0.0)
 
 

@@ -92,7 +92,7 @@ def test_pull_to_class_means_is_the_affine_map_of_each_class():
             pulled[labels == c] - mean, 0.3 * (x[labels == c] - mean), atol=1e-14
         )
     np.testing.assert_allclose(pull_to_class_means(x, labels, 1.0), x, atol=1e-14)
-    with pytest.raises(ValueError, match="tau"):
+    with pytest.raises(ValueError, match=r"^tau: expected >= 0"):
         pull_to_class_means(x, labels, -1.0)
 
 

@@ -83,7 +83,10 @@ def test_figure_has_two_panels_and_one_legend(checkpoint_scores):
 
 def test_check_needs_labelled_reference():
     config = {"reference": {"source": {"kind": "folder", "path": "x"}}}
-    with pytest.raises(ValueError, match="experiments.E5"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config: experiments\.E5 trains a class-conditional GAN, which needs class labels",
+    ):
         get("E5").check(SETTINGS, config)
 
 

@@ -68,13 +68,16 @@ def test_figure_draws_four_runs():
         "centralized",
         "no fine-tuning",
     ]
-    assert "max relative difference 0" in ax.get_title(loc="left")
+    assert ax.get_title(loc="left") == "FedSGD vs centralized: max relative difference 0"
 
 
 def test_checks():
     config = {"zoo": {"cgan": {"steps": 10}}}
     get("E7").check(SETTINGS, config)
-    with pytest.raises(ValueError, match="zoo.cgan"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config: experiments\.E7 fine-tunes the zoo's cGAN, but zoo\.cgan is not set$",
+    ):
         get("E7").check(SETTINGS, {"zoo": {}})
     with pytest.raises(ValueError, match="multiple of eval_every"):
         get("E7").check({**SETTINGS, "steps": 10}, config)

@@ -74,7 +74,7 @@ def test_blocks_hold_one_class_and_about_block_rows_rows():
     assert np.array_equal(block_labels[block], labels)
     again, _ = block_index(labels, block_rows=5, seed=0)
     assert np.array_equal(block, again)
-    with pytest.raises(ValueError, match="block_rows"):
+    with pytest.raises(ValueError, match=r"^block_rows: expected an int >= 1"):
         block_index(labels, block_rows=0, seed=0)
 
 
@@ -209,7 +209,11 @@ def test_check_names_the_bad_key():
     with pytest.raises(ValueError, match=r"experiments\.E8\.min_rows is 4"):
         exp.check({**SETTINGS, "min_rows": 4}, config)
     unlabelled = {**config, "reference": {"source": {"kind": "folder"}}}
-    with pytest.raises(ValueError, match="labels_from_subfolders"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config: experiments\.E8 partitions the reference by class, but "
+        r"reference\.source is a folder without labels_from_subfolders$",
+    ):
         exp.check(SETTINGS, unlabelled)
 
 

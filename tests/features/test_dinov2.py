@@ -85,6 +85,8 @@ def test_vitl14_state_dict_converts_without_forward():
 
 
 def test_vitl14_offline_missing_weights_fail_fast(tmp_path):
-    with pytest.raises(FileNotFoundError, match="dinov2_vitl14_pretrain.pth") as info:
+    with pytest.raises(
+        FileNotFoundError, match=r"^offline and dinov2_vitl14_pretrain\.pth is missing: "
+    ) as info:
         get_extractor("dinov2_vitl14", cache_dir=tmp_path, offline=True)
     assert "dl.fbaipublicfiles.com" in str(info.value)

@@ -137,8 +137,11 @@ def test_preprocessing_dict_is_json_and_complete():
 @pytest.mark.parametrize(
     "bad,message",
     [
-        (np.zeros((2, 8, 8, 1), dtype=np.float32), "uint8"),
-        (np.zeros((8, 8, 1), dtype=np.uint8), "shape"),
+        (np.zeros((2, 8, 8, 1), dtype=np.float32), r"^images must have dtype uint8, got float32$"),
+        (
+            np.zeros((8, 8, 1), dtype=np.uint8),
+            r"^images must have shape \(N, H, W, C\) with C = 1 or 3, got \(8, 8, 1\)$",
+        ),
         (np.zeros((2, 8, 8, 4), dtype=np.uint8), "C = 1 or 3"),
         (np.zeros((2, 3, 8, 8), dtype=np.uint8), "C = 1 or 3"),
     ],
@@ -151,11 +154,11 @@ def test_check_images_rejects(bad, message):
 
 
 def test_invalid_settings():
-    with pytest.raises(ValueError, match="interpolation"):
+    with pytest.raises(ValueError, match=r"^interpolation must be one of "):
         Preprocessing(
             size=(8, 8), interpolation="lanczos", antialias=True, mean=(0,) * 3, std=(1,) * 3
         )
-    with pytest.raises(ValueError, match="std"):
+    with pytest.raises(ValueError, match=r"^mean and std must have 3 entries"):
         Preprocessing(
             size=(8, 8), interpolation="bilinear", antialias=True, mean=(0,) * 3, std=(0, 1, 1)
         )

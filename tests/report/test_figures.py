@@ -67,5 +67,5 @@ def test_metric_names_follow_the_extractor(metric, extractor, expected):
 
 
 def test_new_figure_rejects_unknown_width():
-    with pytest.raises(ValueError, match="width"):
+    with pytest.raises(ValueError, match=r"^width must be 'single', 'double' or inches"):
         new_figure(width="triple")

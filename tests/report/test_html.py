@@ -58,7 +58,8 @@ def test_kd_gap_is_theorem_1s_constant_and_recall_is_exact(scored):
     assert kd.verdict == "safe" and kd.gap_mean == pytest.approx(offset, rel=1e-10)
     assert kd.gap_range < 1e-10 * offset and kd.rank_flips == 0 and kd.kendall_tau == 1.0
     assert recall.verdict == "exact" and recall.max_absdiff < 1e-12
-    assert "Theorem 1" in kd.why and "Recall_all" in recall.why
+    assert kd.why.startswith("Theorem 1: KD_avg = KD_all + ")
+    assert recall.why.startswith("exact: Recall_all = sum_i (n_i / n) Recall_i")
     assert set(result.loc[~result.metric.isin(["kd", "recall"]), "verdict"]) == {"not guaranteed"}
 
 
@@ -66,14 +67,16 @@ def test_uniform_weights_and_subsets_are_not_safe_for_kd(scored):
     _, _, tables = scored
     uniform = consistency(tables["uniform"], {"options": {"weights": "uniform"}})
     kd = uniform.set_index("metric").loc["kd"]
-    assert kd.verdict == "not guaranteed" and "uniform" in kd.why
+    assert kd.verdict == "not guaranteed"
+    assert kd.why.startswith("Theorem 1 needs weights n_i/n; with uniform weights ")
     assert kd.gap_range > 1e-3 * abs(kd.gap_mean)  # the gap now depends on the model
     subsets = consistency(
         tables["size"], {"options": {"weights": "size", "kd_estimator": "subsets"}}
     )
     assert subsets.set_index("metric").loc["kd", "verdict"] == "not guaranteed"
     unknown = consistency(tables["size"]).set_index("metric").loc["kd"]
-    assert unknown.verdict == "safe" and "not recorded" in unknown.why
+    assert unknown.verdict == "safe"
+    assert unknown.why.endswith(" (options not recorded: assuming weights n_i/n)")
 
 
 def tidy(values: dict[str, dict[str, tuple[float, float]]]) -> pd.DataFrame:
@@ -166,7 +169,7 @@ def test_names_are_escaped_and_write_is_atomic(tmp_path):
     page = path.read_text()
     assert "&lt;b&gt;x&lt;/b&gt;&amp;" in page and "<b>x</b>&" not in page
     assert sorted(p.name for p in path.parent.iterdir()) == ["page.html"]
-    assert "The E1 figure needs KD and FD" in page
+    assert "The E1 figure needs KD and FD in both aggregations." in visible_lines(page)
 
 
 def test_client_rows_only_say_what_can_be_concluded():
@@ -181,15 +184,29 @@ def test_client_rows_only_say_what_can_be_concluded():
     table = pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value"])
     meta = {"reference": {"a": {"n": 30}, "b": {"n": 10}}, "options": {"weights": "size"}}
     page = build_report(table, meta=meta)
-    assert "What can and cannot be concluded without pooled data" in page
-    assert "weights n_i/n from the recorded client sizes" in page
+    lines = visible_lines(page)
+    heading = lines.index("What can and cannot be concluded without pooled data")
+    assert lines[heading + 1].endswith(
+        "avg computed here with weights n_i/n from the recorded client sizes."
+    )
     # size-weighted avg: A = 0.75*0.2 + 0.25*0.9 = 0.375 < B = 0.75*0.5 + 0.25*0.6 = 0.525
-    kd = re.search(r'data-metric="kd">(.*?)</li>', page)[1]
-    assert "centralized ranking is known" in kd and "A &gt; B" in kd
-    assert "KD_all itself is not known" in kd
-    recall = re.search(r'data-metric="recall">(.*?)</li>', page)[1]
-    assert "pooled values are known" in recall and "A &gt; B" in recall
-    fd = re.search(r'data-metric="fd">(.*?)</li>', page)[1]
-    assert "may differ" in fd and "(n_i, mean, covariance)" in fd
-    assert "The clients disagree" in page and "data:image" not in page
-    assert "client sizes not recorded" in build_report(table)  # then: the plain mean
+    kd, fd, recall = lines[heading + 2 : heading + 5]
+    assert kd.startswith(
+        "KD: the centralized ranking is known without pooling the data: by Theorem 1 it "
+        "is the avg ranking, A > B, provided"
+    )
+    assert " KD_all itself is not known: " in kd
+    assert recall.startswith("Recall: ") and recall.endswith(
+        "the pooled values are known and are the avg values: A > B."
+    )
+    assert fd.startswith(
+        "FD: only the avg ranking (A > B) is known. The centralized ranking may differ: "
+        "FD_all follows from the clients' (n_i, mean, covariance), not from their FD scores"
+    )
+    disagree = [line for line in lines if line.startswith("The clients disagree: ")]
+    assert len(disagree) == 3 and "data:image" not in page  # one per metric; no figures
+    plain = visible_lines(build_report(table))  # then: the plain mean
+    assert plain[plain.index(lines[heading]) + 1].endswith(
+        "avg computed here as the plain mean of the clients (client sizes not recorded: "
+        "weights 1/k)."
+    )

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from textkit import markdown_tables
 
 from distrank.report.tables import latex_escape, write_table
 
@@ -46,7 +47,13 @@ def test_markdown_and_latex_content(table, tmp_path):
     paths = write_table(table, tmp_path / "E1", caption="Gap & ranks_1", float_format=".3g")
     md = paths["md"].read_text()
     assert md.startswith("Table: Gap & ranks_1\n\n| model")
-    assert "0.333" in md and "2.5e-07" in md and "| cgan_trunc0.5" in md
+    assert markdown_tables(md) == [
+        [
+            {"model": "cgan_trunc0.5", "KD_all": "0.333", "KD_all_rank": "2"},
+            {"model": "noise 10%", "KD_all": "2.5e-07", "KD_all_rank": "1"},
+            {"model": "vae&co", "KD_all": "", "KD_all_rank": "3"},
+        ]
+    ]
     tex = paths["tex"].read_text()
     lines = tex.splitlines()
     assert lines[:4] == [
@@ -76,5 +83,5 @@ def test_latex_escape_all_specials():
 
 
 def test_rejects_non_dataframe(tmp_path):
-    with pytest.raises(TypeError, match="DataFrame"):
+    with pytest.raises(TypeError, match=r"^df must be a pandas DataFrame, got list$"):
         write_table([[1, 2]], tmp_path / "x")

@@ -89,7 +89,7 @@ def test_latent_batches_are_seeded_and_shared():
 
 
 def test_argument_checks(setup, tmp_path):
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match=r"^method: expected one of "):
         run(setup, "sgd", tmp_path)
     with pytest.raises(ValueError, match=r"steps \(6\) must be a multiple of eval_every \(4\)"):
         run(setup, "central", tmp_path, eval_every=4)

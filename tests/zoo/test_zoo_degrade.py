@@ -94,17 +94,20 @@ def test_mode_drop_keep_classes_and_balanced_reuse(data):
 )
 def test_mode_drop_errors(data, kwargs, key):
     images, labels = data
-    with pytest.raises(ValueError, match=f"'{key}'"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^(argument '{key}' must be |give exactly one of the arguments 'n_drop' and 'keep_classes'$)",
+    ):
         mode_drop(images, labels, seed=0, **kwargs)
 
 
 def test_errors(data):
     images, labels = data
-    with pytest.raises(ValueError, match="'images'"):
+    with pytest.raises(ValueError, match=r"^argument 'images' must be uint8"):
         blur(images.astype(float), sigma=1)
-    with pytest.raises(ValueError, match="'labels'"):
+    with pytest.raises(ValueError, match=r"^argument 'labels' must be 300 ints"):
         add_noise(images, labels[:-1], sigma=1, seed=0)
-    with pytest.raises(ValueError, match="'sigma'"):
+    with pytest.raises(ValueError, match=r"^argument 'sigma' must be >= 0"):
         add_noise(images, sigma=-1, seed=0)
-    with pytest.raises(ValueError, match="'kind'"):
+    with pytest.raises(ValueError, match=r"^argument 'kind': unknown 'jpeg'"):
         degrade("jpeg", images, labels, level=1, seed=0)

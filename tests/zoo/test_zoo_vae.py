@@ -40,5 +40,5 @@ def test_temperature_controls_diversity(state):
 
     spread = [within_class_variance(t) for t in (1.5, 0.5, 0.0)]
     assert spread[0] > spread[1] > spread[2] == 0
-    with pytest.raises(ValueError, match="'temperature'"):
+    with pytest.raises(ValueError, match=r"^argument 'temperature' must be >= 0"):
         sample_vae(state, 2, seed=0, temperature=-1)
