@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import uuid
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.common import bytes_to_ndarray
 from flwr.common.secure_aggregation.crypto.shamir import combine_shares
+from flwr.common.secure_aggregation.quantization import quantize
 from flwr.common.secure_aggregation.secaggplus_constants import (
     RECORD_KEY_CONFIGS,
     RECORD_KEY_STATE,
@@ -29,6 +32,7 @@ from distrank.flower import site as site_app
 from distrank.flower.server import RUN_CONFIG, FederationError, RunSettings
 from distrank.flower.server import main as server_main
 from distrank.metrics import score
+from distrank.metrics.fd import GaussianStats, frechet_distance, gaussian_stats
 
 KEY = ["model", "metric", "aggregation", "client"]
 BOUND = 12.0  # > every row norm of the conftest features (max ~8.5)
@@ -268,3 +272,109 @@ def test_a_value_outside_its_range_is_an_error_naming_the_setting(
     with pytest.raises(FederationError, match=r"site\(s\) \['oslo', 'paris', 'rome'\] do not"):
         run_secure(tmp_path, files, federation, share=False)
     assert not (tmp_path / "scores.csv").exists()
+
+
+def plan_of(**changes) -> secure.Plan:
+    base = dict(
+        models=("a", "b"),
+        metrics=("kd", "recall"),
+        fd=True,
+        dim=3,
+        weights="size",
+        feature_bound=2.0,
+        max_rows=500,
+        kernel_bound=secure.kernel_bound("poly", {}, 3, 2.0),
+    )
+    return secure.Plan(**(base | changes))
+
+
+def flower_sum(vectors: list[np.ndarray], plan: secure.Plan) -> np.ndarray:
+    """What SecAggPlusWorkflow hands over for these sites' vectors, masks aside: each
+    site's vector through Flower's own quantiser (with its weight factor), the integer
+    sum, and the workflow's dequantisation (``unmask_stage``)."""
+    quantised = []
+    for v in vectors:
+        (z,) = quantize([secure.encode(v, plan)], 1.0, secure.LEVELS)
+        quantised.append(z.astype(np.int64))
+    k, total = len(vectors), sum(quantised)
+    return (total * (2.0 / secure.LEVELS) - 1.0 - (k - 1)) * (secure.LEVELS / (k * secure.LEVELS))
+
+
+def test_the_sum_is_off_by_at_most_k_s_2_pow_minus_60(federation):
+    rng = np.random.default_rng(7)
+    plan = plan_of()
+    scales = secure._entry_scales(plan)
+    for k in (2, 3, 17):
+        vectors = [rng.uniform(-1, 1, scales.shape) * scales for _ in range(k)]
+        vectors[0][:4] = scales[:4]  # the ends of the range
+        vectors[1][:4] = -scales[:4]
+        got = secure.decode_sum(flower_sum(vectors, plan), k, plan)
+        for i in range(len(scales)):
+            exact = sum(Fraction(float(v[i])) for v in vectors)
+            quant = k * Fraction(float(scales[i])) * Fraction(1, 2**60)
+            assert abs(Fraction(float(got[i])) - exact) <= quant + abs(exact) * Fraction(1, 2**53)
+        (z,) = quantize([secure.encode(vectors[0], plan)], 1.0, secure.LEVELS)
+        assert z.min() >= 0 and z.max() <= secure.LEVELS  # Flower's quantiser: exact integers
+        assert np.array_equal(z, np.rint((secure.encode(vectors[0], plan) + 1) * 2**29))
+
+
+def test_encode_refuses_values_outside_the_range_naming_the_setting():
+    plan = plan_of()
+    scales = secure._entry_scales(plan)
+    v = scales / 2
+    v[0] = 600.0  # n_i: the range is [-512, 512] (the power of two above max-rows 500)
+    with pytest.raises(ValueError, match=r"block 'rows' is outside .* raise 'max-rows'"):
+        secure.encode(v, plan)
+    v[0], v[4] = 1.0, np.nan  # a recall entry
+    with pytest.raises(ValueError, match=r"block 'recall' .* raise 'feature-bound' or 'max-rows'"):
+        secure.encode(v, plan)
+
+
+def test_the_clipping_ranges_come_from_the_public_settings():
+    plan = plan_of()
+    k_max = (4 / 3 + 1) ** 3  # poly defaults: gamma 1/d, coef0 1, degree 3; |x| <= 2
+    assert plan.kernel_bound == pytest.approx(k_max)
+    assert secure.kernel_bound("rbf", {"bandwidth": 3.0}, 3, 2.0) == 1.0
+    assert secure.kernel_bound("linear", {}, 3, 2.0) == 4.0
+    assert plan.scales() == {
+        "rows": 512.0,
+        "kd": 2.0 ** math.frexp(4 * k_max * 500 * (1 + 2**-10))[1],
+        "recall": 512.0,
+        "sum": 2048.0,  # 2 F N = 2000
+        "scatter": 8192.0,  # 4 F^2 N = 8000
+    }
+    assert [b[1] for b in plan.blocks()] == [1, 2, 2, 3, 6] and plan.length() == 14
+    uniform = plan_of(weights="uniform").scales()
+    assert uniform["recall"] == 2.0 and uniform["sum"] == 2048.0
+    u = np.array([[2.0, 0.0, 0.0]])  # |KD| <= 4 K is tight: X = {u}, Y = {-u}, biased KD
+    kd = score(
+        np.repeat(u, 5, 0),
+        np.zeros(5, int),
+        {"m": -u},
+        metrics=["kd"],
+        kernel="linear",
+        kd_estimator="biased",
+        dtype="float64",
+    )
+    assert kd.value.iloc[0] == 4 * secure.kernel_bound("linear", {}, 3, 2.0) == 16.0
+
+
+@pytest.mark.parametrize("n,d", [(300, 6), (12, 20)])  # full rank; rank 11 of 20
+def test_the_fd_bound_holds_under_the_worst_perturbations(n, d):
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(n, d)) * rng.uniform(0.1, 2, d) + 0.5
+    y = gaussian_stats(rng.normal(size=(400, d)))
+    s1, s2 = x.sum(axis=0), x.T @ x
+    exact = GaussianStats(n, s1 / n, (s2 - np.outer(s1, s1) / n) / (n - 1))
+    for e in (1e-9, 1e-6, 1e-3):
+        e1, e2 = e, e * 10
+        bound = secure.fd_bound(exact, y, s1, e1, e2)
+        worst = 0.0
+        for _ in range(20):
+            d1 = e1 * rng.choice([-1.0, 1.0], d)
+            d2 = e2 * rng.choice([-1.0, 1.0], (d, d))
+            d2 = np.triu(d2) + np.triu(d2, 1).T  # S2 is summed as its upper triangle
+            t1, t2 = s1 + d1, s2 + d2
+            moved = GaussianStats(n, t1 / n, (t2 - np.outer(t1, t1) / n) / (n - 1))
+            worst = max(worst, abs(frechet_distance(moved, y) - frechet_distance(exact, y)))
+        assert 0 < worst <= bound
