@@ -378,3 +378,36 @@ def test_the_fd_bound_holds_under_the_worst_perturbations(n, d):
             moved = GaussianStats(n, t1 / n, (t2 - np.outer(t1, t1) / n) / (n - 1))
             worst = max(worst, abs(frechet_distance(moved, y) - frechet_distance(exact, y)))
         assert 0 < worst <= bound
+
+
+def test_secure_settings_and_what_they_refuse():
+    base = RUN_CONFIG | secure.SECURE_CONFIG
+    base |= {"models": "a=/a.npz", "sites": "x,y,z", "out": "/o.csv", "metrics": "kd,fd,recall"}
+    base |= {"secure": True, "feature-bound": 10}
+
+    def settings(**change):
+        config = base | change
+        return secure.SecureSettings.from_run_config(config, RunSettings.from_run_config(config))
+
+    assert settings(secure=False) is None
+    assert settings() == secure.SecureSettings(10.0, 1000000, 2)  # a majority of 3
+    assert settings(**{"secure-threshold": 3}).threshold == 3
+    with pytest.raises(ValueError) as err:
+        settings(metrics="kd,precision,recall,density")
+    assert str(err.value).startswith(
+        "run config: metrics ['precision', 'density'] are refused in secure mode: secure mode "
+        "writes only what a secure sum"
+    )
+    assert "nearest-neighbour radii among all sites' rows" in str(err.value)
+    for change, match in [
+        ({"feature-bound": 0.0}, "secure mode needs 'feature-bound' > 0"),
+        ({"feature-bound": float("inf")}, "secure mode needs 'feature-bound' > 0"),
+        ({"max-rows": 1}, "'max-rows' must be at least 2"),
+        ({"secure-threshold": 4}, r"'secure-threshold' must be 0 \(a majority\) or 2..3, got 4"),
+        ({"secure-threshold": 1}, r"'secure-threshold' must be 0 \(a majority\) or 2..3, got 1"),
+        ({"secure": "yes"}, "'secure' must be bool"),
+        ({"max-rows": 10.0}, "'max-rows' must be int"),
+        ({"sites": "x"}, "secure mode needs at least 2 'sites'"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            settings(**change)

@@ -53,9 +53,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.common import (
     Code,
@@ -68,14 +68,15 @@ from flwr.common import (
     parameters_to_ndarrays,
 )
 from flwr.compat.common import recorddict_compat as compat
-from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.workflow import SecAggPlusWorkflow
-from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
-from flwr.server.workflow.constant import Key as WorkflowKey
-from flwr.serverapp import Grid
 
 from distrank.flower.messages import decode_request, encode_request
-from distrank.flower.server import FederationError, RunSettings, gather
+
+if TYPE_CHECKING:  # the ClientApp's SecAgg+ stages import neither pandas nor torch
+    import pandas as pd
+    from flwr.serverapp import Grid
+
+    from distrank.flower.server import RunSettings
 
 #: the run config keys of secure mode and their defaults (the app's pyproject.toml has them)
 SECURE_CONFIG = {
@@ -397,6 +398,7 @@ def main(grid: Grid, context: Context) -> None:
     """Secure mode's ServerApp body: the table (and its bounds) from the secure sum."""
     from distrank._io import atomic_path
     from distrank.federation import load_features
+    from distrank.flower.server import FederationError, RunSettings, gather
 
     settings = RunSettings.from_run_config(context.run_config)
     secure = SecureSettings.from_run_config(context.run_config, settings)
@@ -546,6 +548,11 @@ def secure_sum(
     ``threshold`` sites must stay to unmask. Raises :class:`FederationError` naming the
     sites that dropped out when the sum cannot be unmasked.
     """
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+
+    from distrank.flower.server import FederationError
     strategy = _SumStrategy(list(nodes), length)
     legacy = LegacyContext(context, strategy=strategy)
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
@@ -580,6 +587,7 @@ def decode_sum(mean: np.ndarray, k: int, plan: Plan) -> np.ndarray:
     Flower hands over (sum z 2^-29 - k) / k; the integer sums of z come back exactly
     (float error < 2^-20 of a unit) and recombine to sum_i rint(v_i 2^59 / s) 2^-59 s.
     """
+    from distrank.flower.server import FederationError
     z = (mean * k + k) * 2.0 ** (LIMB - 1)
     sums = np.rint(z)
     if np.abs(z - sums).max(initial=0.0) > 0.25:
@@ -598,6 +606,8 @@ def secure_table(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy table (avg rows of KD and Recall, all rows of FD) and the bound of each row
     (columns model, metric, aggregation, bound) from Flower's aggregate of k sites."""
+    import pandas as pd
+
     from distrank.metrics.fd import GaussianStats, frechet_distances, gaussian_stats
     from distrank.metrics.scoring import COLUMNS
 
