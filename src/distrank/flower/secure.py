@@ -553,6 +553,7 @@ def secure_sum(
     from flwr.server.workflow.constant import Key as WorkflowKey
 
     from distrank.flower.server import FederationError
+
     strategy = _SumStrategy(list(nodes), length)
     legacy = LegacyContext(context, strategy=strategy)
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
@@ -588,6 +589,7 @@ def decode_sum(mean: np.ndarray, k: int, plan: Plan) -> np.ndarray:
     (float error < 2^-20 of a unit) and recombine to sum_i rint(v_i 2^59 / s) 2^-59 s.
     """
     from distrank.flower.server import FederationError
+
     z = (mean * k + k) * 2.0 ** (LIMB - 1)
     sums = np.rint(z)
     if np.abs(z - sums).max(initial=0.0) > 0.25:
