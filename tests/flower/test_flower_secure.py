@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 import uuid
 from fractions import Fraction
 
@@ -130,9 +131,11 @@ def run_secure(tmp_path, files, federation, *, silent=None, share=True, **config
 def test_the_secure_table_equals_score_within_its_bounds(
     tmp_path, files, federation, reference, server_process
 ):
-    _, out = run_secure(tmp_path, files, federation)
+    page = tmp_path / "report.html"
+    _, out = run_secure(tmp_path, files, federation, report=str(page))
     table = pd.read_csv(out, keep_default_na=False)
     bounds = pd.read_csv(secure.bounds_path(out))
+    assert "Scores per model: all and avg" in re.findall(r"<h2[^>]*>(.*?)</h2>", page.read_text())
     assert set(zip(table.metric, table.aggregation)) == {
         ("kd", "avg"),
         ("recall", "avg"),

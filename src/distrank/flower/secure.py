@@ -35,8 +35,10 @@ kernel's maximum on the ball of radius F):
 2 F). A site rounds v to the grid of 2^60 steps over [-s, s] (error <= s 2^-60) and
 sends it as two 30-bit limbs; Flower's quantiser (clipping range 1, 2^30 levels) maps
 them to these integers exactly. The sums are exact integers (k sites), so the summed
-entry is off by at most k s 2^-60 -- below the float64 rounding of the summands. Each
-reported number's written bound adds that rounding: k s 2^-50 per summed entry. A row
+entry is off by at most k s 2^-60 -- below the float64 rounding of the summands. The
+bound written for each number (``scores.bounds.csv``) adds that rounding, k s 2^-50 per
+summed entry, and holds against what plain mode computes from the same site values
+(KD_avg: k s_KD 2^-50 / sum_i w_i). A row
 above ``feature-bound`` or a site above ``max-rows`` is an error naming the setting
 to raise, never a clip. FD's bound follows the perturbation of the pooled mean and
 covariance (:func:`fd_bound`).
