@@ -292,7 +292,8 @@ def main(grid: Grid, context: Context) -> None:
     if context.run_config.get("secure", False):  # the sum of the sites' vectors only
         from distrank.flower import secure
 
-        return secure.main(grid, context)
+        secure.main(grid, context)
+        return
 
     settings = RunSettings.from_run_config(context.run_config)
     models = {name: load_features(path) for name, path in settings.models.items()}
