@@ -314,7 +314,7 @@ def test_the_sum_is_off_by_at_most_k_s_2_pow_minus_60(federation):
         got = secure.decode_sum(flower_sum(vectors, plan), k, plan)
         for i in range(len(scales)):
             exact = sum(Fraction(float(v[i])) for v in vectors)
-            quant = k * Fraction(float(scales[i])) * Fraction(1, 2**60)
+            quant = k * Fraction(float(scales[i])) * Fraction(secure.GRID_ERROR)
             assert abs(Fraction(float(got[i])) - exact) <= quant + abs(exact) * Fraction(1, 2**53)
         (z,) = quantize([secure.encode(vectors[0], plan)], 1.0, secure.LEVELS)
         assert z.min() >= 0 and z.max() <= secure.LEVELS  # Flower's quantiser: exact integers
