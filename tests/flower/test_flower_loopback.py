@@ -199,6 +199,35 @@ def test_the_federated_table_equals_distrank_score(loopback, reference, federati
     assert set(merged[merged._merge == "right_only"].aggregation) == {"all"}  # no KD_all etc.
 
 
+def test_secure_mode_equals_distrank_score_within_its_bounds(loopback, reference, federation):
+    """The same sites through SecAgg+: KD and Recall avg and FD all, each within the bound
+    written beside the table, and every metric ranks the models as ``distrank score``."""
+    net, config = loopback
+    out = net.root / "secure.csv"
+    secure = {"secure": True, "feature-bound": 12.0, "max-rows": 1000, "metrics": "kd,fd,recall"}
+    run = net.wait_finished(  # five ClientApp starts per site: 95 s on a loaded 2-core box
+        net.run(config | secure | {"out": str(out), "timeout": 120.0}), timeout=300
+    )
+    assert run["status"] == "finished:completed", run
+    table = pd.read_csv(out, keep_default_na=False)
+    bounds = pd.read_csv(out.with_name("secure.bounds.csv"))
+    expected = score(*reference, federation[1], metrics=["kd", "fd", "recall"], dtype="float64")
+    merged = table.merge(expected, on=KEY, suffixes=("", "_score")).merge(
+        bounds, on=["model", "metric", "aggregation"]
+    )
+    assert len(merged) == len(table) == 6 and (table.client == "").all()
+    assert set(zip(merged.metric, merged.aggregation)) == {
+        ("kd", "avg"),
+        ("recall", "avg"),
+        ("fd", "all"),
+    }
+    assert ((merged.value - merged.value_score).abs() <= merged.bound).all(), merged
+    for _, rows in merged.groupby("metric"):
+        assert rows.sort_values("value").model.tolist() == (
+            rows.sort_values("value_score").model.tolist()
+        )
+
+
 def test_a_site_dying_mid_run_is_named_and_no_table_is_written(loopback):
     net, config = loopback
     out, timeout = net.root / "never.csv", 30.0

@@ -23,6 +23,7 @@ from distrank.flower.messages import (
     encode_reply,
     encode_request,
 )
+from distrank.flower.secure import SECURE_CONFIG
 from distrank.flower.server import (
     RUN_CONFIG,
     FederationError,
@@ -170,7 +171,7 @@ def test_node_config_errors(config, match):
 
 def test_app_declares_the_run_config_of_the_server():
     app = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    assert app["config"] == RUN_CONFIG
+    assert app["config"] == RUN_CONFIG | SECURE_CONFIG
     assert app["components"] == {
         "serverapp": "distrank.flower.server:app",
         "clientapp": "distrank.flower.site:app",

@@ -21,11 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from distrank.metrics.fd import GaussianStats
+if TYPE_CHECKING:  # torch: not for the ClientApp processes that only pass messages
+    from distrank.metrics.fd import GaussianStats
 
 #: the keyword arguments of ``metrics.score_client`` that a request carries
 OPTION_KEYS = (
@@ -141,6 +143,8 @@ def decode_reply(content: RecordDict) -> SiteReply:
     scores = {m: {k: float(v) for k, v in zip(metrics, row)} for m, row in zip(models, values)}
     stats = None
     if "stats" in content.array_records:
+        from distrank.metrics.fd import GaussianStats
+
         record = content.array_records["stats"]
         mean, cov = record["mean"].numpy(), record["cov"].numpy()
         if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):

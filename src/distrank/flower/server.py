@@ -29,12 +29,14 @@ Run config (``[tool.flwr.app.config]`` of the app, overridden by ``flwr run
     kd-estimator, n-subsets, subset-size, seed, pr-k, dc-k, dtype: as in ``distrank score``
     weights       size or uniform
     timeout       seconds to wait for all sites to connect and reply
+    secure, feature-bound, max-rows, secure-threshold: secure mode, the server learns
+                  only the sum of the sites' vectors (:mod:`distrank.flower.secure`)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -141,14 +143,22 @@ class RunSettings:
 
 
 def gather(
-    grid: Grid, request: RecordDict, *, sites: Sequence[str], timeout: float, poll: float = 1.0
+    grid: Grid,
+    request: RecordDict,
+    *,
+    sites: Sequence[str],
+    timeout: float,
+    poll: float = 1.0,
+    decode: Callable[[Message], SiteReply] | None = None,
 ) -> list[SiteReply]:
     """Send ``request`` to every node and return the replies of ``sites``, in that order.
 
     Nodes that connect while the server waits get the request too; the wait ends
     when every site in ``sites`` has answered or after ``timeout`` seconds. Raises
     :class:`FederationError` naming each site that did not reply in time, replied
-    with an error or twice, and each reply from a site not in ``sites``.
+    with an error or twice, and each reply from a site not in ``sites``. ``decode``
+    reads a reply message (default: :func:`decode_reply` of its content); what it
+    returns needs a ``site`` and an ``error``.
     """
     deadline = time.monotonic() + timeout
     pending: dict[str, int] = {}  # message id -> node id
@@ -174,7 +184,7 @@ def gather(
         if pending:
             for reply in grid.pull_messages(list(pending)):
                 node = pending.pop(reply.metadata.reply_to_message_id, None)
-                _read_reply(reply, node, sites, heard, problems)
+                _read_reply(reply, node, sites, heard, problems, decode)
         if all(site in heard for site in sites) or time.monotonic() >= deadline:
             break
         time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
@@ -191,14 +201,19 @@ def gather(
 
 
 def _read_reply(
-    reply: Message, node, sites: Sequence[str], heard: dict[str, SiteReply], problems: list[str]
+    reply: Message,
+    node,
+    sites: Sequence[str],
+    heard: dict[str, SiteReply],
+    problems: list[str],
+    decode: Callable[[Message], SiteReply] | None = None,
 ) -> None:
     """File one reply under ``heard`` (by site id) or a problem under ``problems``."""
     if reply.has_error():
         problems.append(f"node {node} failed: {reply.error.reason}")
         return
     try:
-        decoded = decode_reply(reply.content)
+        decoded = decode(reply) if decode else decode_reply(reply.content)
     except (ValueError, KeyError) as err:
         problems.append(f"node {node} sent a malformed reply: {err}")
         return
@@ -273,6 +288,12 @@ def main(grid: Grid, context: Context) -> None:
     """Score every model at every site and write the table (and the report page)."""
     from distrank._io import atomic_path
     from distrank.federation import load_features
+
+    if context.run_config.get("secure", False):  # the sum of the sites' vectors only
+        from distrank.flower import secure
+
+        secure.main(grid, context)
+        return
 
     settings = RunSettings.from_run_config(context.run_config)
     models = {name: load_features(path) for name, path in settings.models.items()}

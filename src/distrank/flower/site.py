@@ -6,7 +6,9 @@ the ``client`` rows of ``distrank score`` for this site), its row count n_i and
 its site id; and, only when its node config says ``share-stats=true`` and FD is
 requested, its Gaussian statistics (n_i, mean_i, C_i) of ``metrics.fd.gaussian_stats``,
 from which the server pools FD_all exactly. The mean and covariance reveal more
-about the site's data than scores do: sharing them is the site's decision.
+about the site's data than scores do: sharing them is the site's decision. In
+secure mode (:mod:`distrank.flower.secure`) the site prepares its vector on the
+request and sends it, masked, in a SecAgg+ round.
 
 Node config of ``flower-supernode --node-config`` (TOML values):
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from distrank.flower.messages import decode_request, encode_error, encode_reply
@@ -83,6 +86,20 @@ def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Answer the server's request with this site's scores."""
+    """Answer the server's request with this site's scores (in secure mode: prepare them)."""
     site = SiteConfig.from_node_config(context.node_config)
+    if "secure" in msg.content.config_records:
+        from distrank.flower.secure import prepare
+
+        return Message(prepare(site, msg.content, context.state), reply_to=msg)
     return Message(score_site(site, msg.content), reply_to=msg)
+
+
+@app.train(mods=[secaggplus_mod])
+def train(msg: Message, context: Context) -> Message:
+    """Secure mode's SecAgg+ round: ``secaggplus_mod`` runs its stages and masks the
+    vector this site prepared (:mod:`distrank.flower.secure`)."""
+    from distrank.flower.secure import share
+
+    site = SiteConfig.from_node_config(context.node_config)
+    return Message(share(site.site, msg.content, context.state), reply_to=msg)
