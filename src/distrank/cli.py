@@ -668,7 +668,7 @@ def summary(table: pd.DataFrame) -> str:
 def markdown_summary(table: pd.DataFrame) -> str:
     """``--format markdown``: all and avg per model, and Kendall tau per metric."""
     from distrank.metrics.registry import display
-    from distrank.report.tables import to_markdown
+    from distrank.tables import to_markdown
 
     wide, taus = _all_avg(table)
     wide.columns = [f"{display(m)}_{a}" for m, a in wide.columns]

@@ -11,7 +11,7 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from distrank.report.figures import new_figure, paper_style
+from distrank.figures import new_figure, paper_style
 
 __all__ = [
     "DATA_NAMES",

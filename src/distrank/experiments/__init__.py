@@ -27,11 +27,10 @@ import pkgutil
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
-import numpy as np
 import pandas as pd
 
+from distrank.metrics.ranking import discordant_pairs, rank_models
 from distrank.metrics.registry import HIGHER_IS_BETTER, display
 
 __all__ = [
@@ -44,6 +43,9 @@ __all__ = [
     "aggregates_wide",
     "per_model",
     "zoo_scores",
+    "check_partition",
+    "check_model",
+    "labelled",
     "collected",
     "rank_models",
     "discordant_pairs",
@@ -123,8 +125,8 @@ class Experiment:
 
     def write(self, out: Outputs, paths: Mapping) -> None:
         """Tables as CSV, Markdown and LaTeX; figures as PDF and PNG, at ``paths``."""
-        from distrank.report.figures import save
-        from distrank.report.tables import write_table
+        from distrank.figures import save
+        from distrank.tables import write_table
 
         for suffix, table in out.tables.items():
             write_table(table, str(paths[f"table{suffix}"][0]).removesuffix(".csv"))
@@ -135,6 +137,27 @@ class Experiment:
 def zoo_scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
     """``scores`` of an experiment that ranks the config's whole zoo on its partition."""
     return settings["partition"], list(config["models"])
+
+
+def check_partition(config: Mapping, where: str, name: str) -> None:
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a partition."""
+    if name not in config["partitions"]:
+        raise ValueError(
+            f"config: {where} is {name!r}, not one of partitions: {sorted(config['partitions'])}"
+        )
+
+
+def check_model(config: Mapping, where: str, name: str) -> None:
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a model."""
+    if name not in config["models"]:
+        raise ValueError(
+            f"config: {where} {name!r} is not one of models: {sorted(config['models'])}"
+        )
+
+
+def labelled(source: Mapping) -> bool:
+    """False where the source surely has no labels: a folder not labelled by subfolder."""
+    return source["kind"] != "folder" or source.get("labels_from_subfolders", False)
 
 
 def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
@@ -204,29 +227,6 @@ def aggregates_wide(scores: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFram
     wide = wide.sort_index().reset_index()
     wide.columns.name = None
     return wide
-
-
-def rank_models(values: pd.Series | np.ndarray, *, higher_is_better: bool) -> np.ndarray:
-    """Rank 1 = best; ties share the lowest rank (``"min"`` method), as integers."""
-    series = pd.Series(np.asarray(values, dtype=float))
-    return series.rank(ascending=not higher_is_better, method="min").astype(int).to_numpy()
-
-
-def discordant_pairs(
-    all_values: Sequence[float], avg_values: Sequence[float]
-) -> list[tuple[int, int]]:
-    """Index pairs ``(i, j)``, ``i < j``, that ``all`` and ``avg`` order oppositely.
-
-    A pair tied in one aggregation but not the other is not counted (Kendall's
-    tau-b treats it as neither concordant nor discordant).
-    """
-    a = np.asarray(all_values, dtype=float)
-    b = np.asarray(avg_values, dtype=float)
-    return [
-        (i, j)
-        for i, j in combinations(range(len(a)), 2)
-        if np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) < 0
-    ]
 
 
 def rank_agreement(wide: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

@@ -30,8 +30,8 @@ from matplotlib.ticker import SymmetricalLogLocator
 
 from distrank._io import atomic_open
 from distrank.experiments import Outputs
+from distrank.figures import metric_name, new_figure, paper_style
 from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
-from distrank.report.figures import metric_name, new_figure, paper_style
 
 __all__ = [
     "TABLES",

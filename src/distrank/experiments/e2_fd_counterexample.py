@@ -56,7 +56,7 @@ from matplotlib.figure import Figure
 
 from distrank.clients import client_weights
 from distrank.experiments import Outputs, check_scores, collected
-from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
+from distrank.figures import metric_label, metric_name, new_figure, paper_style
 
 __all__ = [
     "G1",
@@ -75,7 +75,7 @@ G1, G2 = "e2-G1", "e2-G2"
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    from distrank.config import check_model
+    from distrank.experiments import check_model
 
     check_model(config, "experiments.E2.base_model", settings["base_model"])
 

@@ -31,8 +31,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import Outputs, check_scores, collected
+from distrank.figures import DOUBLE_COLUMN_IN, metric_label, new_figure, paper_style
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRIC_KEYS, display
-from distrank.report.figures import DOUBLE_COLUMN_IN, metric_label, new_figure, paper_style
 
 __all__ = [
     "SIMULATED",

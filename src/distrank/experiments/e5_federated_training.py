@@ -33,8 +33,8 @@ from distrank.experiments import (
     per_model,
     rank_agreement,
 )
+from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics.registry import display
-from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
 
 __all__ = ["RUNS", "round_tags", "checkpoint_models", "train", "e5_table", "e5_figure", "run"]
 
@@ -101,7 +101,7 @@ def train(
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    from distrank.config import labelled
+    from distrank.experiments import labelled
 
     if not labelled(config["reference"]["source"]):
         raise ValueError(

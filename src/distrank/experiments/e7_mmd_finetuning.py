@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import Outputs, aggregates_wide, collected
+from distrank.figures import metric_label, new_figure, paper_style
 from distrank.metrics.registry import display
-from distrank.report.figures import metric_label, new_figure, paper_style
 
 __all__ = [
     "TRAINED",

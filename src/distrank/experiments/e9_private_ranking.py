@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from distrank._io import atomic_open
 from distrank.experiments import Outputs
-from distrank.report.figures import new_figure, paper_style
+from distrank.figures import new_figure, paper_style
 
 if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
     from distrank.metrics.kd import KernelSums

@@ -38,16 +38,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._backend import (
-    as_features,
-    check_metrics,
-    client_groups,
-    positive_int,
-    resolve_device,
-    work_dtype,
-)
+from distrank._backend import as_features, positive_int, resolve_device, work_dtype
+from distrank.clients import client_groups
 from distrank.metrics.kernels import sq_euclidean, sq_norms
 from distrank.metrics.registry import PRDC as METRICS
+from distrank.metrics.registry import check_metrics
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 _BLOCK_ELEMENTS = 2**24

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from distrank.report.tables import latex_escape, write_table
+from distrank.tables import latex_escape, write_table
 
 
 @pytest.fixture
