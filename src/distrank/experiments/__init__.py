@@ -10,11 +10,14 @@ A module defines
     def check(settings, config) -> None                 # cross-key config checks
     def scores(settings, config) -> (partition, models) # what it reads from scoring
     def models(settings, config) -> {name: spec}        # image models it adds to the zoo
+    STEPS = {"e<n>_<what>": fn}                         # its pre-steps, by rule name
 
 ``inputs`` maps the names of its Snakemake rule's inputs to paths, ``settings`` is
 its config section, ``context`` what every experiment may use (``extractor``,
-``seed``, ``metrics``, ``models``: the names it scores). Pure functions do the
-work; ``run`` only loads and calls them. This module also holds the helpers they
+``seed``, ``metrics``, ``models``: the names it scores). A pre-step is a rule
+that makes its inputs (E2's feature-space models, E5's training, ...): ``fn(job)``
+gets a :class:`Job`. ``scripts/experiment.py`` runs both (:func:`run_rule`). Pure
+functions do the work; ``run`` and the steps only load and call them. This module also holds the helpers they
 share: a tidy score table (columns ``model, metric, aggregation, client, value``;
 ``aggregation`` in ``{"all", "avg", "client"}``) turned into one row per model,
 rankings, and how well the ``avg`` ranking agrees with the ``all`` ranking.
@@ -37,7 +40,9 @@ __all__ = [
     "EXPERIMENTS",
     "Experiment",
     "Outputs",
+    "Job",
     "get",
+    "run_rule",
     "SCORE_COLUMNS",
     "check_scores",
     "aggregates_wide",
@@ -61,6 +66,18 @@ class Outputs:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: dict[str, object] = field(default_factory=dict)  # matplotlib Figures
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a pre-step gets from its rule: named inputs and outputs (a path, or a list
+    of paths), params, wildcards and the job's threads."""
+
+    inputs: Mapping
+    outputs: Mapping
+    params: Mapping
+    wildcards: Mapping = field(default_factory=dict)
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -99,6 +116,16 @@ class Experiment:
         """Image models (name -> spec, as in config ``models``) that it adds."""
         fn = getattr(self.module, "models", None)
         return {} if fn is None else dict(fn(settings, config))
+
+    @property
+    def steps(self) -> dict:
+        """Its pre-steps: rule name (``e<n>_...``) -> function of a :class:`Job`."""
+        steps = dict(getattr(self.module, "STEPS", {}))
+        prefix = f"{self.key.lower()}_"
+        wrong = [name for name in steps if not name.startswith(prefix)]
+        if wrong:
+            raise RuntimeError(f"{self.key}: pre-step rules {wrong} must start with {prefix!r}")
+        return steps
 
     def run(self, inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
         out = self.module.run(inputs, settings, context)
@@ -187,6 +214,20 @@ def get(key: str) -> Experiment:
             f"config: experiments.{key} is not an experiment; known: {list(EXPERIMENTS)}"
         )
     return EXPERIMENTS[key]
+
+
+def run_rule(rule: str, job: Job) -> None:
+    """Run the rule ``rule`` of the workflow: an experiment (its key: ``run``, then
+    ``write`` its outputs), or one of its pre-steps (``e<n>_...``: see ``STEPS``)."""
+    if rule in EXPERIMENTS:
+        exp = EXPERIMENTS[rule]
+        exp.write(exp.run(job.inputs, job.params["settings"], job.params["context"]), job.outputs)
+        return
+    match = re.match(r"e(\d+)_", rule)
+    steps = EXPERIMENTS[f"E{match[1]}"].steps if match and f"E{match[1]}" in EXPERIMENTS else {}
+    if rule not in steps:
+        raise ValueError(f"rule {rule!r} is neither an experiment nor a pre-step of one")
+    steps[rule](job)
 
 
 def check_scores(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:

@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import (
+    Job,
     Outputs,
     aggregates_wide,
     collected,
@@ -98,6 +99,24 @@ def train(
     save_bundle(
         out_path, {f"e5-{run}-{tag}": state for tag, state in zip(round_tags(settings), states)}
     )
+
+
+def train_centralized(job: Job) -> None:
+    """Pre-step ``e5_train_centralized``: :func:`train` one run (wildcard ``run``)."""
+    train(
+        job.inputs["images"],
+        job.inputs["manifest"],
+        job.outputs["bundle"],
+        run=job.wildcards["run"],
+        settings=job.params["settings"],
+        seed=job.params["seed"],
+        checkpoint_dir=job.params["checkpoint_dir"],
+        threads=job.threads,
+        device=job.params["device"],
+    )
+
+
+STEPS = {"e5_train_centralized": train_centralized}
 
 
 def check(settings: Mapping, config: Mapping) -> None:
