@@ -8,6 +8,7 @@ a later run would mistake for a finished one.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -64,6 +65,17 @@ def output_path(stem: str | os.PathLike[str], suffix: str) -> Path:
     that itself contains a dot.
     """
     return Path(f"{os.fspath(stem)}{suffix}")
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (``sha256`` unless told), read in chunks."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def text_digest(text: str, algorithm: str = "sha256") -> str:
+    """Hex digest of ``text`` encoded as UTF-8."""
+    return hashlib.new(algorithm, text.encode()).hexdigest()
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -19,7 +19,6 @@ say) is refused either way.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import logging
@@ -31,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from distrank._io import atomic_open
+from distrank._io import atomic_open, file_digest
 
 try:  # POSIX only; without it concurrent lock-file updates are not serialised.
     import fcntl
@@ -42,7 +41,6 @@ __all__ = [
     "ChecksumError",
     "DownloadError",
     "fetch",
-    "file_digest",
     "read_lockfile",
 ]
 
@@ -65,15 +63,6 @@ class ChecksumError(DownloadError):
 
 class _Transient(Exception):
     """Internal: an attempt failed in a way that another attempt may fix."""
-
-
-def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
-    """Hex digest of a file, read in chunks."""
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch(
