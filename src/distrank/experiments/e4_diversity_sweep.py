@@ -36,6 +36,7 @@ from distrank.metrics.registry import HIGHER_IS_BETTER, METRIC_KEYS, display
 
 __all__ = [
     "SIMULATED",
+    "FAMILY_KINDS",
     "sweep_models",
     "sweep_inputs",
     "partition_classes",
@@ -54,6 +55,8 @@ FIGURES = ("", "_samples")
 
 #: Kind of the feature-space family: held-out real features pulled to their class means.
 SIMULATED = "simulated"
+#: Kinds a family may be: the zoo's kinds with a diversity knob, and the simulated one.
+FAMILY_KINDS = ("cgan", "vae", "diffusion", "noise", "blur", "checkpoint", SIMULATED)
 #: Keys of a family that describe the sweep; the rest is the spec of its models.
 _SWEEP_KEYS = ("knob", "values", "diversity")
 
@@ -73,7 +76,7 @@ def check(settings: Mapping, config: Mapping) -> None:
                 f"{where}: the simulated family pulls held-out features, but "
                 "the config has no heldout"
             )
-        if spec["kind"] not in (*zoo.KINDS, SIMULATED):
+        if spec["kind"] not in FAMILY_KINDS:
             raise ValueError(f"{where}.kind: unknown {spec['kind']!r}")
 
 
