@@ -42,8 +42,8 @@ from distrank.training.federated import (
     training_session,
 )
 from distrank.training.resume import Checkpoints
-from distrank.zoo import check_labels, to_float
 from distrank.zoo.cgan import Discriminator, Generator, train_cgan, train_step
+from distrank.zoo.families import check_labels, to_float
 
 __all__ = ["train_cgan_central", "train_cgan_fedavg", "zoo_defaults"]
 

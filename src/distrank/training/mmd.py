@@ -58,8 +58,8 @@ from distrank.training.federated import (
     training_session,
 )
 from distrank.training.resume import Checkpoints
-from distrank.zoo import load_network, to_float
 from distrank.zoo.cgan import Generator
+from distrank.zoo.families import load_network, to_float
 
 __all__ = [
     "METHODS",

@@ -43,14 +43,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from distrank.zoo import (
+from distrank.zoo import torch_session
+from distrank.zoo.families import (
     LossLog,
     in_batches,
     sample_labels,
     shuffled_batches,
     to_float,
     to_uint8,
-    torch_session,
     training_labels,
 )
 
