@@ -345,7 +345,7 @@ def add_score_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_metric_arguments(p: argparse.ArgumentParser) -> None:
-    from distrank._backend import DTYPES
+    from distrank._arrays import DTYPES
     from distrank.clients import WEIGHTS
     from distrank.metrics.kd import ESTIMATORS
     from distrank.metrics.kernels import KERNELS

@@ -59,7 +59,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from distrank._backend import as_features, resolve_device, work_dtype
+from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank._checks import positive_int
 from distrank.clients import client_groups
 from distrank.metrics import kd as kd_

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distrank._backend import as_features, resolve_device
+from distrank._arrays import as_features, resolve_device
 
 BLOCK_SIZE = 8192  # rows per covariance update
 

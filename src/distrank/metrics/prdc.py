@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._backend import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
 from distrank.clients import client_groups
 from distrank.metrics.kernels import sq_euclidean, sq_norms
 from distrank.metrics.registry import PRDC as METRICS

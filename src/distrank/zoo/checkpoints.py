@@ -136,7 +136,7 @@ def generate_from_checkpoint(
 
     import torch
 
-    from distrank._backend import resolve_device
+    from distrank._arrays import resolve_device
 
     device = resolve_device(device)
     with upstream_code(code_root):
