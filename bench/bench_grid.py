@@ -114,7 +114,7 @@ def ours(x, clients, models, dtype, timings):
     return {(r.model, r.metric, r.aggregation): r.value for r in pooled.itertuples()}
 
 
-def main(argv=None) -> None:
+def _arguments(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="M=4, K=4, n=2000, m=500, d=256")
     p.add_argument("--models", type=int, default=10)
@@ -134,6 +134,11 @@ def main(argv=None) -> None:
     if args.small:
         args.models, args.clients, args.n, args.m, args.d = 4, 4, 2000, 500, 256
         args.baseline_models = args.models
+    return args
+
+
+def main(argv=None) -> None:
+    args = _arguments(argv)
     rng = np.random.default_rng(args.seed)
     x, clients, models = make_data(rng, args.n, args.m, args.d, args.models, args.clients)
     print(

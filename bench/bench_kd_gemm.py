@@ -29,7 +29,7 @@ def entries_formed(n: int, block: int) -> int:
     return int(sum(sizes[a] * sizes[b] for a in range(len(sizes)) for b in range(a, len(sizes))))
 
 
-def main(argv=None) -> None:
+def _arguments(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=8192, help="reference rows")
     p.add_argument("--m", type=int, default=8192, help="generated rows (one model)")
@@ -39,6 +39,11 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--kernel", default="poly")
     args = p.parse_args(argv)
+    return args
+
+
+def main(argv=None) -> None:
+    args = _arguments(argv)
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.standard_normal((args.n, args.d), dtype=np.float32))
     y = torch.from_numpy(rng.standard_normal((args.m, args.d), dtype=np.float32) + 0.1)

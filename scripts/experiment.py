@@ -1,10 +1,16 @@
-"""Snakemake entry point of every experiment: the rule's name is the experiment's key."""
+"""Snakemake entry point of every experiment and of its pre-steps: the rule's name says
+which (distrank.experiments.run_rule)."""
 
 from distrank import experiments
 from distrank._io import logged
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
-    exp = experiments.get(sm.rule)
-    out = exp.run(dict(sm.input.items()), sm.params.settings, sm.params.context)
-    exp.write(out, dict(sm.output.items()))
+    job = experiments.Job(
+        dict(sm.input.items()),
+        dict(sm.output.items()),
+        dict(sm.params.items()),
+        dict(sm.wildcards.items()),
+        sm.threads,
+    )
+    experiments.run_rule(sm.rule, job)

@@ -1,8 +1,14 @@
-"""Small file helpers shared by every stage: atomic writes and job logs."""
+"""Small file helpers shared by every stage: atomic writes and job logs.
+
+Every output is written atomically (a temporary file in the target folder, then
+:func:`os.replace`), so an interrupted job never leaves a half-written output that
+a later run would mistake for a finished one.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -43,6 +49,33 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb", **kwargs):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, creating parent folders."""
+    with atomic_open(path) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def output_path(stem: str | os.PathLike[str], suffix: str) -> Path:
+    """``stem`` plus ``suffix`` (``"results/x/E1_gap"`` + ``".csv"``).
+
+    Appends rather than calling :meth:`Path.with_suffix`, which would cut a stem
+    that itself contains a dot.
+    """
+    return Path(f"{os.fspath(stem)}{suffix}")
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (``sha256`` unless told), read in chunks."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def text_digest(text: str, algorithm: str = "sha256") -> str:
+    """Hex digest of ``text`` encoded as UTF-8."""
+    return hashlib.new(algorithm, text.encode()).hexdigest()
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

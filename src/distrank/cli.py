@@ -345,7 +345,7 @@ def add_score_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_metric_arguments(p: argparse.ArgumentParser) -> None:
-    from distrank._backend import DTYPES
+    from distrank._arrays import DTYPES
     from distrank.clients import WEIGHTS
     from distrank.metrics.kd import ESTIMATORS
     from distrank.metrics.kernels import KERNELS
@@ -675,7 +675,7 @@ def summary(table: pd.DataFrame) -> str:
 def markdown_summary(table: pd.DataFrame) -> str:
     """``--format markdown``: all and avg per model, and Kendall tau per metric."""
     from distrank.metrics.registry import display
-    from distrank.report.tables import to_markdown
+    from distrank.tables import to_markdown
 
     wide, taus = _all_avg(table)
     wide.columns = [f"{display(m)}_{a}" for m, a in wide.columns]

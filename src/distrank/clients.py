@@ -20,7 +20,9 @@ stores a partition as CSV (``row,client``) with a JSON sidecar for its metadata.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,8 @@ __all__ = [
     "client_sizes",
     "save_manifest",
     "load_manifest",
+    "ClientGroups",
+    "client_groups",
 ]
 
 #: Client id of a row that belongs to no client.
@@ -278,3 +282,43 @@ def load_manifest(path) -> np.ndarray:
 
 def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
+
+
+@dataclass(frozen=True)
+class ClientGroups:
+    """The clients of a reference set: sorted labels, each row's client, sizes.
+
+    ``names[c]`` is ``str`` of the c-th sorted distinct label (the same names the
+    PRDC results use); ``index[j]`` is the client of reference row j.
+    """
+
+    names: list[str]
+    index: np.ndarray  # (n,) int64, client of each row
+    sizes: np.ndarray  # (k,) int64, rows per client
+
+    def weights(self, scheme: str) -> np.ndarray:
+        """lambda_i of :func:`distrank.clients.client_weights`."""
+        return client_weights(self.sizes, scheme)
+
+    def rows(self, c: int) -> np.ndarray:
+        """Indices of the reference rows of client c."""
+        return np.flatnonzero(self.index == c)
+
+
+def client_groups(clients, n: int) -> ClientGroups:
+    """Group ``n`` reference rows by their client labels (int or str)."""
+    torch = sys.modules.get("torch")  # a tensor implies torch is loaded; this module is torch-free
+    if torch is not None and isinstance(clients, torch.Tensor):
+        clients = clients.detach().cpu().numpy()
+    labels = np.asarray(clients)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(
+            f"clients: expected {n} labels (one per reference row), got shape {labels.shape}"
+        )
+    if labels.dtype.kind not in "iuU":
+        raise ValueError(f"clients: expected int or str labels, got dtype {labels.dtype}")
+    unique, index, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+    names = [str(u) for u in unique.tolist()]
+    if len(set(names)) != len(names):
+        raise ValueError(f"clients: labels are not distinct as strings: {names}")
+    return ClientGroups(names, index.astype(np.int64), sizes.astype(np.int64))

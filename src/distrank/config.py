@@ -15,14 +15,13 @@ import os
 import re
 from collections.abc import Mapping
 
-from distrank import zoo
+from distrank import experiments, zoo
 from distrank.clients import NEEDS_LABELS
+from distrank.experiments import check_partition, labelled
 
 
 def check(config: Mapping) -> list[str]:
     """Run every cross-key check of ``config``; returns the warnings to show."""
-    from distrank import experiments
-
     _check_models(config)
     _check_sources(config)
     for key, settings in config.get("experiments", {}).items():
@@ -60,20 +59,6 @@ def check_file(path: str | os.PathLike) -> None:
             stack.extend(
                 (item, f"{where.removesuffix('.')}[{i}].") for i, item in enumerate(node.value)
             )
-
-
-def check_partition(config: Mapping, where: str, name: str) -> None:
-    if name not in config["partitions"]:
-        raise ValueError(
-            f"config: {where} is {name!r}, not one of partitions: {sorted(config['partitions'])}"
-        )
-
-
-def check_model(config: Mapping, where: str, name: str) -> None:
-    if name not in config["models"]:
-        raise ValueError(
-            f"config: {where} {name!r} is not one of models: {sorted(config['models'])}"
-        )
 
 
 # Names of the models the experiments make (e2-G1, e5-fedavg-r01, ...): workflow/README.md.
@@ -135,11 +120,6 @@ def _check_artifact(config: Mapping, where: str, name: str, *, extract: bool) ->
             f"{'unpacked' if extract else 'as a file'}, so downloads.{name}.extract "
             f"must be {str(extract).lower()}"
         )
-
-
-def labelled(source: Mapping) -> bool:
-    """False where the source surely has no labels: a folder not labelled by subfolder."""
-    return source["kind"] != "folder" or source.get("labels_from_subfolders", False)
 
 
 def _check_labels(config: Mapping) -> None:

@@ -48,11 +48,11 @@ def test_gradient_boosting_disagreement_falls_with_rounds(gbr_pairs):
 
 def test_lemma_terms_come_from_the_2k_round_models(gbr_pairs):
     np.testing.assert_array_equal(
-        gbr_pairs["R_2p"], np.minimum(gbr_pairs["risk_g1"], gbr_pairs["risk_g2"])
+        gbr_pairs["R_2p"], np.minimum(gbr_pairs["mse_g1"], gbr_pairs["mse_g2"])
     )
     first = gbr_pairs[gbr_pairs["resource"] == 2].set_index("pair")["mse_f1"]
     np.testing.assert_array_equal(
-        gbr_pairs[gbr_pairs["resource"] == 1].set_index("pair")["risk_g1"], first
+        gbr_pairs[gbr_pairs["resource"] == 1].set_index("pair")["mse_g1"], first
     )
 
 

@@ -28,13 +28,13 @@ def tree_pairs():
 def test_tree_pairs_identity_and_plug_in_terms(tree_pairs):
     p = tree_pairs
     assert (p["identity_residual"].abs() <= 1e-12 * np.maximum(1.0, p["D"])).all()
-    np.testing.assert_array_equal(p["R_2p"], np.minimum(p["risk_g1"], p["risk_g2"]))
+    np.testing.assert_array_equal(p["R_2p"], np.minimum(p["mse_g1"], p["mse_g2"]))
     np.testing.assert_allclose(
-        p["bound"], 4 * (np.maximum(p["risk_f1"], p["risk_f2"]) - p["R_2p"]), rtol=1e-12
+        p["bound"], 4 * (np.maximum(p["mse_f1"], p["mse_f2"]) - p["R_2p"]), rtol=1e-12
     )
     # the depth-2 models of the depth-1 rows are the depth-2 rows' models
     d1, d2 = (p[p["resource"] == r].set_index("pair") for r in (1, 2))
-    np.testing.assert_array_equal(d1["risk_g1"], d2["risk_f1"])
+    np.testing.assert_array_equal(d1["mse_g1"], d2["mse_f1"])
 
 
 def test_deep_trees_on_a_small_sample_are_flagged(tree_pairs):
@@ -88,3 +88,15 @@ def test_multi_output_identity_and_strongly_convex_bound(general_pairs):
     assert (lg["D"] <= lg["midpoint_bound"]).all()
     s = general_losses_summary(general_pairs)
     assert (s["pairs_above_midpoint"] == 0).all()
+
+
+def test_pair_tables_share_one_vocabulary(tree_pairs, general_pairs):
+    """The spec's MSE names for squared loss (A1-A4); a table over losses (A6) says risk_."""
+    models = {"f1", "f2", "fbar", "g1", "g2"}
+    assert {c for c in tree_pairs.columns if c.startswith(("mse_", "risk_"))} == {
+        f"mse_{m}" for m in models
+    }
+    assert {c for c in general_pairs.columns if c.startswith(("mse_", "risk_"))} == {
+        f"risk_{m}" for m in models
+    }
+    assert not general_pairs.filter(like="risk_").isna().any().any()

@@ -59,3 +59,8 @@ def test_runs_are_reproducible():
     a = stacking_pairs(pop, [1, 2], n_pairs=2, n_base=50, depth=2, seed=[7, 1])
     b = stacking_pairs(pop, [1, 2], n_pairs=2, n_base=50, depth=2, seed=[7, 1])
     assert a.equals(b)
+
+
+def test_pair_columns_are_the_specs_mse_names(pairs):
+    assert {"mse_f1", "mse_f2", "mse_fbar"} <= set(pairs.columns)
+    assert not [c for c in pairs.columns if c.startswith("risk_")]

@@ -82,7 +82,9 @@ def test_client_subfolders(tmp_path):
     assert clients.tolist() == ["north"] * 2 + ["south"] * 3
     assert len(image_input) == 5
     write(tmp_path / "stray.png")
-    with pytest.raises(ValueError, match="stray.png lies directly in"):
+    with pytest.raises(
+        ValueError, match="stray.png is not inside a subfolder of .*, so it has no client"
+    ):
         open_images(tmp_path, clients_from_subfolders=True)
 
 

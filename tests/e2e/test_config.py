@@ -126,3 +126,36 @@ open({str(tmp_path / "modules.txt")!r}, "w").write("\\n".join(sys.modules))
     assert "distrank.experiments.e10_intervals" in loaded  # the checks imported them all
     heavy = {"torch", "scipy", "sklearn", "onnxruntime", "dp_accounting", "flwr"}
     assert not heavy & loaded
+
+
+# --- the schema's kinds are the package's -----------------------------------------------------
+
+
+def schema() -> dict:
+    return yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+
+
+def test_the_schemas_model_kinds_are_the_zoos():
+    from distrank import zoo
+
+    enum = schema()["$defs"]["model"]["properties"]["kind"]["enum"]
+    assert len(enum) == len(set(enum)) and set(enum) == set(zoo.KINDS)
+
+
+def test_the_schemas_e4_family_kinds_are_the_sweeps():
+    from distrank import zoo
+    from distrank.experiments.e4_diversity_sweep import FAMILY_KINDS, SIMULATED
+
+    e4 = schema()["properties"]["experiments"]["properties"]["E4"]["properties"]
+    enum = e4["families"]["additionalProperties"]["properties"]["kind"]["enum"]
+    assert len(enum) == len(set(enum)) and set(enum) == set(FAMILY_KINDS)
+    assert set(FAMILY_KINDS) - {SIMULATED} <= set(zoo.KINDS)
+
+
+def test_the_schemas_source_and_partition_kinds_are_the_packages():
+    from distrank.clients import SCHEMES
+    from distrank.data.sources import KINDS
+
+    defs = schema()["$defs"]
+    assert set(defs["source"]["properties"]["kind"]["enum"]) == set(KINDS)
+    assert set(defs["partition"]["properties"]["kind"]["enum"]) == set(SCHEMES)

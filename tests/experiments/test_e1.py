@@ -6,7 +6,7 @@ from experiments_testkit import clustered_clients, score_models, tidy
 from scipy import stats
 
 from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
-from distrank.report.figures import save
+from distrank.figures import save
 
 
 @pytest.fixture(scope="module")

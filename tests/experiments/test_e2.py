@@ -9,7 +9,7 @@ import pytest
 from experiments_testkit import clustered_clients, fd_scipy, kd_vstat, score_models
 
 from distrank.experiments.e2_fd_counterexample import construct_g2, design_g2, e2_figure, e2_table
-from distrank.report.figures import save
+from distrank.figures import save
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from distrank.experiments.e3_gaussian_theory import (
     mixture_kd,
     ring_clients,
 )
-from distrank.report.figures import save
+from distrank.figures import save
 
 T_GRID = np.round(np.linspace(-0.5, 1.5, 81), 12)  # step 0.025, holds 0 and 1 exactly
 

@@ -240,7 +240,18 @@ def test_sweep_inputs_name_what_each_family_is_made_from():
             "n": {"kind": "noise", "knob": "sigma", "values": [8, 16], "diversity": "decreasing"},
         }
     }
-    got = sweep_inputs(settings, "results/x", lambda name: f"downloads/{name}")
+
+    def model_files(spec):  # the workflow's (common.smk), for these kinds
+        if spec["kind"] == "cgan":
+            return {"state": "results/x/zoo/cgan.pt"}
+        if spec["kind"] == "checkpoint":
+            return {
+                "checkpoint": f"downloads/{spec['checkpoint']}",
+                "code": f"downloads/{spec['code']}",
+            }
+        return {"heldout": "results/x/images/heldout.npz"}
+
+    got = sweep_inputs(settings, model_files, "results/x/features/heldout.npz")
     assert got == {
         "state_g": "results/x/zoo/cgan.pt",
         "checkpoint_s": "downloads/net",

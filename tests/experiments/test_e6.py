@@ -7,7 +7,7 @@ from experiments_testkit import clustered_clients, tidy
 from scipy import stats
 
 from distrank.experiments.e6_prdc import PRDC, e6_figure, e6_table
-from distrank.report.figures import save
+from distrank.figures import save
 
 
 @pytest.fixture(scope="module")

@@ -409,9 +409,12 @@ def test_a_cross_key_config_error_names_the_key(name):
 
 def check_raise_sites() -> set[tuple[str, int]]:
     """(file, line) of every `raise` inside the config check functions: distrank.config's,
-    each experiment module's check(), and experiments.get (an unknown key)."""
+    each experiment module's check(), and the registry's get (an unknown key) and key checks."""
     sites = set()
-    files = {Path(config_module.__file__): None, Path(experiments.__file__): {"get"}}
+    files = {
+        Path(config_module.__file__): None,
+        Path(experiments.__file__): {"get", "check_partition", "check_model"},
+    }
     files |= {Path(e.module.__file__): {"check"} for e in experiments.EXPERIMENTS.values()}
     for path, names in files.items():
         for node in ast.walk(ast.parse(path.read_text())):

@@ -261,7 +261,7 @@ def test_a_full_disk_while_writing_the_sidecar_leaves_features_that_are_not_trus
 def write_each(kind: str, path: Path) -> None:
     from distrank._io import write_json
     from distrank.data.images import save_images
-    from distrank.report.tables import write_table
+    from distrank.tables import write_table
     from distrank.zoo import save_state
 
     if kind == "image set":

@@ -269,7 +269,7 @@ FIGURE_SCRIPT = """\
 import pandas as pd
 from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
 from distrank.experiments.e6_prdc import e6_figure, e6_table
-from distrank.report.figures import save
+from distrank.figures import save
 
 rows = []
 for i, model in enumerate(["a", "b", "c", "d"]):

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from textkit import visible_lines, visible_text, words
 
-from distrank.report.figures import metric_label
+from distrank.figures import metric_label
 from distrank.report.html import build_report, consistency, flipped_pairs, write_report
 
 RNG = np.random.default_rng(11)

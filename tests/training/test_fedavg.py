@@ -7,8 +7,9 @@ import torch
 from distrank.training.fedavg import train_cgan_central, train_cgan_fedavg, zoo_defaults
 from distrank.training.federated import Shard, average_states, client_seed, client_shards
 from distrank.training.resume import Checkpoints
-from distrank.zoo import load_state, sample, to_float, torch_session
+from distrank.zoo import load_state, sample, torch_session
 from distrank.zoo.cgan import Discriminator, Generator, train_cgan, train_step
+from distrank.zoo.families import to_float
 
 NET = {"z_dim": 8, "width": 8}
 

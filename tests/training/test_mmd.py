@@ -7,8 +7,9 @@ import torch
 from distrank.metrics.kd import KDObjective
 from distrank.metrics.kernels import make_kernel
 from distrank.training.mmd import Lite0Embedding, finetune_mmd, latent_batches
-from distrank.zoo import sample, to_float
+from distrank.zoo import sample
 from distrank.zoo.cgan import train_cgan
+from distrank.zoo.families import to_float
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent("""
     else:
         from distrank.metrics.kernels import make_kernel
         from distrank.training.mmd import finetune_mmd
-        from distrank.zoo import to_float
+        from distrank.zoo.families import to_float
         from distrank.zoo.cgan import train_cgan
         state = train_cgan(images, labels, seed=0, steps=4, batch_size=8, threads=1, **net)
         torch.manual_seed(0)

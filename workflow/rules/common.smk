@@ -99,8 +99,8 @@ def one_of(names):
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
-def model_inputs(wildcards):
-    spec = MODELS[wildcards.model]
+def model_files(spec):
+    """What a model of `spec` is made from, by the name zoo.make_images reads it."""
     if spec["kind"] in zoo.FAMILIES:
         return {"state": f"{RESULTS}/zoo/{spec['kind']}.pt"}
     if spec["kind"] == "images":
@@ -111,6 +111,10 @@ def model_inputs(wildcards):
             "code": artifact_path(spec["code"]),
         }
     return {"heldout": f"{RESULTS}/images/heldout.npz"}
+
+
+def model_inputs(wildcards):
+    return model_files(MODELS[wildcards.model])
 
 
 def model_source_paths(wildcards):

@@ -86,7 +86,7 @@ def boosting_pairs(
     r"""Pairs of ``GradientBoostingRegressor`` runs (own training sample and seed each),
     every :math:`k` read from one fit of ``2 max(ks)`` rounds.
 
-    Columns: ``data, resource (k), pair``, the midpoint terms, ``risk_g1, risk_g2``
+    Columns: ``data, resource (k), pair``, the midpoint terms, ``mse_g1, mse_g2``
     (MSEs after :math:`2k` rounds), the :func:`lemma_bound` terms, ``R_B`` (the Bayes
     risk, NaN where unknown), ``bound_bayes``
     (:math:`2(\mathrm{MSE}(f_1) - R_B) + 2(\mathrm{MSE}(f_2) - R_B)`) and ``oracle_gap``
@@ -131,8 +131,8 @@ def boosting_pairs(
                     "resource": k,
                     "pair": pair,
                     **terms,
-                    "risk_g1": mse[0][2 * k],
-                    "risk_g2": mse[1][2 * k],
+                    "mse_g1": mse[0][2 * k],
+                    "mse_g2": mse[1][2 * k],
                     **{name: float(v) for name, v in lemma.items()},
                     "R_B": bayes,
                     "bound_bayes": 2 * (terms["mse_f1"] - bayes) + 2 * (terms["mse_f2"] - bayes),

@@ -16,6 +16,12 @@ exactly, on any distribution (expand :math:`\lVert a\rVert^2 + \lVert b\rVert^2 
 identity becomes the inequality :math:`D \le (4/\mu)(R(f_1) + R(f_2) - 2R(\bar f))`
 (squared loss: :math:`\mu = 2`, equality).
 
+Pair tables name a model's risk as the spec does (shared/agreement.md): ``mse_f1``,
+``mse_f2``, ``mse_fbar`` for the pair at resource :math:`p` and ``mse_g1``, ``mse_g2``
+for the same runs at :math:`2p`, under squared loss; under another loss ``risk_``
+replaces ``mse_`` (:func:`risk_column`), and a table over several losses (A6) says
+``risk_`` throughout, the MSE on its squared-loss rows (:func:`as_risks`).
+
 A pair is two runs with independent training samples and independent seeds; run
 ``2 i`` and ``2 i + 1`` form pair ``i``, each from its own child of
 ``numpy.random.SeedSequence(seed)``.
@@ -35,6 +41,8 @@ __all__ = [
     "LOSSES",
     "midpoint_terms",
     "loss_terms",
+    "risk_column",
+    "as_risks",
     "lemma_bound",
     "Seed",
     "child_seed",
@@ -74,6 +82,18 @@ LOSSES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+def risk_column(loss: str, model: str) -> str:
+    """Pair-table column of ``model``'s risk (``"f1"``, ``"fbar"``, ``"g2"``, ...):
+    ``mse_<model>`` under squared loss, else ``risk_<model>``."""
+    return f"{'mse' if loss == 'squared' else 'risk'}_{model}"
+
+
+def as_risks(pairs: pd.DataFrame) -> pd.DataFrame:
+    """``pairs`` with every ``mse_<model>`` column named ``risk_<model>``: the names of
+    a table that holds pairs of several losses."""
+    return pairs.rename(columns=lambda c: f"risk_{c[4:]}" if c.startswith("mse_") else c)
+
+
 def midpoint_terms(y: np.ndarray, f1: np.ndarray, f2: np.ndarray) -> dict[str, float]:
     r"""MSEs of :math:`f_1, f_2, \bar f` and :math:`D(f_1, f_2)` on one evaluation sample.
 
@@ -87,10 +107,7 @@ def midpoint_terms(y: np.ndarray, f1: np.ndarray, f2: np.ndarray) -> dict[str, f
     """
     terms = loss_terms(y, f1, f2, loss="squared")
     return {
-        "mse_f1": terms["risk_f1"],
-        "mse_f2": terms["risk_f2"],
-        "mse_fbar": terms["risk_fbar"],
-        "D": terms["D"],
+        **{k: terms[k] for k in ("mse_f1", "mse_f2", "mse_fbar", "D")},
         "identity_residual": terms["D"] - terms["midpoint_bound"],
     }
 
@@ -98,7 +115,8 @@ def midpoint_terms(y: np.ndarray, f1: np.ndarray, f2: np.ndarray) -> dict[str, f
 def loss_terms(
     y: np.ndarray, f1: np.ndarray, f2: np.ndarray, *, loss: str, mu: float = 2.0
 ) -> dict[str, float]:
-    r"""Risks of :math:`f_1, f_2, \bar f` under ``loss``, :math:`D`, and the midpoint bound
+    r"""Risks of :math:`f_1, f_2, \bar f` under ``loss`` (named by :func:`risk_column`),
+    :math:`D`, and the midpoint bound
     :math:`(4/\mu)(R(f_1) + R(f_2) - 2 R(\bar f))`, which is :math:`\ge D` when the loss
     is :math:`\mu`-strongly convex on the segment between the two predictions (for
     squared loss, :math:`\mu = 2`, it equals :math:`D`)."""
@@ -113,9 +131,9 @@ def loss_terms(
     r1, r2 = float(np.mean(per_row(y, f1))), float(np.mean(per_row(y, f2)))
     rbar = float(np.mean(per_row(y, (f1 + f2) / 2)))
     return {
-        "risk_f1": r1,
-        "risk_f2": r2,
-        "risk_fbar": rbar,
+        risk_column(loss, "f1"): r1,
+        risk_column(loss, "f2"): r2,
+        risk_column(loss, "fbar"): rbar,
         "D": float(np.mean(np.sum((f1 - f2) ** 2, axis=1))),
         "midpoint_bound": 4.0 / mu * (r1 + r2 - 2.0 * rbar),
     }
@@ -245,7 +263,8 @@ def learning_curve_pairs(
             if loss == "squared":
                 row["identity_residual"] = terms["D"] - terms["midpoint_bound"]
             lemma = lemma_bound(risks[0][r], risks[1][r], risks[0][2 * r], risks[1][2 * r], mu=mu)
-            row["risk_g1"], row["risk_g2"] = risks[0][2 * r], risks[1][2 * r]
+            row[risk_column(loss, "g1")] = risks[0][2 * r]
+            row[risk_column(loss, "g2")] = risks[1][2 * r]
             row.update({k: float(v) for k, v in lemma.items()})
             rows.append(row)
     return pd.DataFrame(rows)

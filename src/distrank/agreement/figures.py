@@ -11,7 +11,7 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from distrank.report.figures import new_figure, paper_style
+from distrank.figures import new_figure, paper_style
 
 __all__ = [
     "DATA_NAMES",
@@ -86,70 +86,84 @@ def agreement_figure(
         )
         for ax, name in zip(axes[0], names):
             rows = summary[summary[panel] == name].sort_values("resource")
-            x = rows["resource"].to_numpy(dtype=float)
-            d = rows["D_mean"].to_numpy()
-            err = np.vstack([d - rows["D_lo"].to_numpy(), rows["D_hi"].to_numpy() - d])
-            ax.errorbar(
-                x,
-                d,
-                yerr=err,
-                color="k",
-                marker="o",
-                ms=3,
-                capsize=2,
-                lw=1.0,
-                label=D_LABEL,
-                zorder=3,
-            )
-            for (b, label), style in zip(bounds.items(), BOUND_STYLES):
-                if f"{b}_mean" not in rows or rows[f"{b}_mean"].isna().all():
-                    continue
-                mean = rows[f"{b}_mean"].to_numpy()
-                ax.plot(x, mean, marker=".", label=label, **style, zorder=2)
-                ax.fill_between(
-                    x,
-                    rows[f"{b}_lo"].to_numpy(),
-                    rows[f"{b}_hi"].to_numpy(),
-                    color=style["color"],
-                    alpha=0.15,
-                    lw=0,
-                )
-                if not logy and np.nanmin(mean) < 0:
-                    ax.axhline(0.0, color="0.6", lw=0.6)
-            fail = rows["failure"].to_numpy(dtype=bool)
-            if fail.any():
-                ax.plot(
-                    x[fail],
-                    d[fail],
-                    ls="none",
-                    marker="x",
-                    ms=8,
-                    mew=1.5,
-                    color="C3",
-                    label=FAILURE_LABEL,
-                    zorder=4,
-                )
+            _draw_panel(ax, rows, bounds, logy=logy)
             if decorate is not None:
                 decorate(ax, rows)
-            if logx:
-                ax.set_xscale("log", base=2)
-                ax.xaxis.set_major_formatter(INTEGER_TICKS)
-                ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-            if logy:
-                ax.set_yscale("log")
-            ax.set_xlabel(resource_label)
+            _set_axes(ax, logx=logx, logy=logy, xlabel=resource_label)
             ax.set_title(titles.get(name, name))
         axes[0][0].set_ylabel(ylabel)
-        handles, labels = {}, [D_LABEL]
-        for ax in axes[0]:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                if lab not in handles:
-                    handles[lab] = h
-                    labels += [] if lab in labels else [lab]
-        fig.legend(
-            [handles[lab] for lab in labels],
-            labels,
-            loc="outside lower center",
-            ncols=2 if len(names) == 1 or len(labels) > 3 else len(labels),
-        )
+        _shared_legend(fig, axes[0], one_panel=len(names) == 1)
     return fig
+
+
+def _draw_panel(ax: Axes, rows: pd.DataFrame, bounds: Mapping[str, str], *, logy: bool) -> None:
+    """Mean D with its interval, each bound present with its band, the failures."""
+    x = rows["resource"].to_numpy(dtype=float)
+    d = rows["D_mean"].to_numpy()
+    err = np.vstack([d - rows["D_lo"].to_numpy(), rows["D_hi"].to_numpy() - d])
+    ax.errorbar(
+        x,
+        d,
+        yerr=err,
+        color="k",
+        marker="o",
+        ms=3,
+        capsize=2,
+        lw=1.0,
+        label=D_LABEL,
+        zorder=3,
+    )
+    for (b, label), style in zip(bounds.items(), BOUND_STYLES):
+        if f"{b}_mean" not in rows or rows[f"{b}_mean"].isna().all():
+            continue
+        mean = rows[f"{b}_mean"].to_numpy()
+        ax.plot(x, mean, marker=".", label=label, **style, zorder=2)
+        ax.fill_between(
+            x,
+            rows[f"{b}_lo"].to_numpy(),
+            rows[f"{b}_hi"].to_numpy(),
+            color=style["color"],
+            alpha=0.15,
+            lw=0,
+        )
+        if not logy and np.nanmin(mean) < 0:
+            ax.axhline(0.0, color="0.6", lw=0.6)
+    fail = rows["failure"].to_numpy(dtype=bool)
+    if fail.any():
+        ax.plot(
+            x[fail],
+            d[fail],
+            ls="none",
+            marker="x",
+            ms=8,
+            mew=1.5,
+            color="C3",
+            label=FAILURE_LABEL,
+            zorder=4,
+        )
+
+
+def _set_axes(ax: Axes, *, logx: bool, logy: bool, xlabel: str) -> None:
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(INTEGER_TICKS)
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+
+
+def _shared_legend(fig: Figure, axes, *, one_panel: bool) -> None:
+    """One legend below the panels: every label once, D's first."""
+    handles, labels = {}, [D_LABEL]
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles:
+                handles[lab] = h
+                labels += [] if lab in labels else [lab]
+    fig.legend(
+        [handles[lab] for lab in labels],
+        labels,
+        loc="outside lower center",
+        ncols=2 if one_panel or len(labels) > 3 else len(labels),
+    )

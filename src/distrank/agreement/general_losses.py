@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from scipy import special
 from sklearn.tree import DecisionTreeRegressor
 
-from distrank.agreement.core import Seed, learning_curve_pairs, logistic_mu, summarize
+from distrank.agreement.core import Seed, as_risks, learning_curve_pairs, logistic_mu, summarize
 from distrank.agreement.data import Population
 from distrank.agreement.figures import agreement_figure, lemma_labels
 from distrank.agreement.trees import fit_tree
@@ -63,7 +63,9 @@ def multi_output_pairs(
     population: Population, depths: Sequence[int], *, n_train: int, n_pairs: int, seed: Seed
 ) -> pd.DataFrame:
     """Multi-output squared-loss tree pairs (``mu = 2``), columns of
-    :func:`~distrank.agreement.core.learning_curve_pairs` plus ``loss``, ``mu``."""
+    :func:`~distrank.agreement.core.learning_curve_pairs` (``risk_`` for ``mse_``, as
+    in the logistic pairs beside them: :func:`~distrank.agreement.core.as_risks`) plus
+    ``loss``, ``mu``."""
     pairs = learning_curve_pairs(
         population,
         partial(fit_tree, X_eval=population.X),
@@ -74,7 +76,7 @@ def multi_output_pairs(
         loss="squared",
         mu=2.0,
     )
-    return pairs.assign(loss="squared", mu=2.0)
+    return as_risks(pairs).assign(loss="squared", mu=2.0)
 
 
 def logistic_pairs(

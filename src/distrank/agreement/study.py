@@ -29,8 +29,8 @@ from distrank.agreement import (
 )
 from distrank.agreement.core import lemma_summary
 from distrank.agreement.data import digits_binary, digits_onehot, population
-from distrank.report.figures import save
-from distrank.report.tables import write_table
+from distrank.figures import save
+from distrank.tables import write_table
 
 __all__ = ["FAMILIES", "run_family", "write_family"]
 

@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D
 from distrank.agreement.core import Seed, check_resources, child_seed, pair_rngs, summarize
 from distrank.agreement.figures import D_LABEL, INTEGER_TICKS
 from distrank.agreement.stacking import span_fit, stacking_pairs_from_bases
-from distrank.report.figures import new_figure, paper_style
+from distrank.figures import new_figure, paper_style
 
 __all__ = [
     "tightness_ratio",

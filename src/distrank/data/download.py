@@ -19,7 +19,6 @@ say) is refused either way.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import logging
@@ -31,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from distrank._io import atomic_open
+from distrank._io import atomic_open, file_digest
 
 try:  # POSIX only; without it concurrent lock-file updates are not serialised.
     import fcntl
@@ -42,7 +41,6 @@ __all__ = [
     "ChecksumError",
     "DownloadError",
     "fetch",
-    "file_digest",
     "read_lockfile",
 ]
 
@@ -65,15 +63,6 @@ class ChecksumError(DownloadError):
 
 class _Transient(Exception):
     """Internal: an attempt failed in a way that another attempt may fix."""
-
-
-def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
-    """Hex digest of a file, read in chunks."""
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch(
@@ -116,30 +105,8 @@ def fetch(
     """
     dest = Path(dest)
     _check_scheme(url, allow_http=allow_http)
-    sha256 = sha256.lower() if sha256 else None
-    md5 = md5.lower() if md5 else None
-    if sha256 is None and md5 is None and lockfile is None:
-        raise ValueError(
-            f"refusing to download {url} without verification: give sha256= or md5=, "
-            "or a lockfile= to record the checksum of the first download"
-        )
-    record_in_lock = from_lock = False
-    if sha256 is None and md5 is None:
-        entry = read_lockfile(lockfile).get(url)
-        if entry is None:
-            record_in_lock = True
-        else:
-            sha256, from_lock = entry["sha256"], True
-            if size is not None and entry.get("size") not in (None, size):
-                raise ChecksumError(
-                    f"{url}: size={size} was requested but {lockfile} records size={entry['size']}"
-                )
-            size = entry.get("size", size)
-
-    expected = _Expected(
-        sha256=sha256, md5=md5, size=size, lockfile=lockfile if from_lock else None
-    )
-
+    expected, record_in_lock = _expectations(url, sha256, md5, size, lockfile)
+    size = expected.size
     if dest.exists():
         problem = expected.problem(dest)
         if problem is None:
@@ -167,6 +134,34 @@ def fetch(
     if record_in_lock:
         _record_in_lockfile(lockfile, url, dest)
     return dest
+
+
+def _expectations(url, sha256, md5, size, lockfile) -> tuple[_Expected, bool]:
+    """What the file must match (the given checksums, else the lock file's record) and
+    whether its digest is to be recorded in the lock file (the first download)."""
+    sha256 = sha256.lower() if sha256 else None
+    md5 = md5.lower() if md5 else None
+    if sha256 is None and md5 is None and lockfile is None:
+        raise ValueError(
+            f"refusing to download {url} without verification: give sha256= or md5=, "
+            "or a lockfile= to record the checksum of the first download"
+        )
+    record_in_lock = from_lock = False
+    if sha256 is None and md5 is None:
+        entry = read_lockfile(lockfile).get(url)
+        if entry is None:
+            record_in_lock = True
+        else:
+            sha256, from_lock = entry["sha256"], True
+            if size is not None and entry.get("size") not in (None, size):
+                raise ChecksumError(
+                    f"{url}: size={size} was requested but {lockfile} records size={entry['size']}"
+                )
+            size = entry.get("size", size)
+    expected = _Expected(
+        sha256=sha256, md5=md5, size=size, lockfile=lockfile if from_lock else None
+    )
+    return expected, record_in_lock
 
 
 def _check_scheme(url: str, *, allow_http: bool) -> None:
@@ -254,22 +249,7 @@ def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
         offset = 0
     if size is not None and offset == size:
         return  # a previous attempt got everything; verification decides
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    try:
-        response = _OPENER.open(request, timeout=timeout)
-    except urllib.error.HTTPError as err:
-        if err.code == 416 and offset:
-            # Our partial file does not fit the server's idea of the file: start over.
-            part.unlink()
-            raise _Transient(f"HTTP 416 for range starting at {offset}; restarting") from err
-        if err.code in TRANSIENT_STATUSES:
-            raise _Transient(f"HTTP {err.code} {err.reason}") from err
-        raise DownloadError(f"could not download {url}: HTTP {err.code} {err.reason}") from err
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-        raise _Transient(f"{type(err).__name__}: {getattr(err, 'reason', err)}") from err
-
+    response = _open(url, part, offset, timeout)
     with response:
         status = getattr(response, "status", None)
         if status == 206 and offset:
@@ -285,18 +265,44 @@ def _download_once(url, part: Path, *, size, timeout, chunk) -> None:
             mode, offset = "wb", 0  # the server ignored the range: restart
         length = response.headers.get("Content-Length")
         expected_body = int(length) if length is not None else None
-        received = 0
-        try:
-            with open(part, mode) as out:
-                while block := response.read(chunk):
-                    out.write(block)
-                    received += len(block)
-        except (OSError, http.client.HTTPException) as err:
-            raise _Transient(
-                f"transfer interrupted after {offset + received} bytes: {type(err).__name__}: {err}"
-            ) from err
+        received = _receive(response, part, mode, offset, chunk)
     if expected_body is not None and received != expected_body:
         raise _Transient(f"response truncated: got {received} of {expected_body} bytes")
+
+
+def _open(url, part: Path, offset: int, timeout):
+    """The response to a GET of ``url`` from byte ``offset``; transient failures raise
+    :class:`_Transient` (a refused range also deletes ``part``)."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        return _OPENER.open(request, timeout=timeout)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and offset:
+            # Our partial file does not fit the server's idea of the file: start over.
+            part.unlink()
+            raise _Transient(f"HTTP 416 for range starting at {offset}; restarting") from err
+        if err.code in TRANSIENT_STATUSES:
+            raise _Transient(f"HTTP {err.code} {err.reason}") from err
+        raise DownloadError(f"could not download {url}: HTTP {err.code} {err.reason}") from err
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        raise _Transient(f"{type(err).__name__}: {getattr(err, 'reason', err)}") from err
+
+
+def _receive(response, part: Path, mode: str, offset: int, chunk: int) -> int:
+    """Write the body to ``part`` (``mode`` "wb" or "ab"); returns the bytes received."""
+    received = 0
+    try:
+        with open(part, mode) as out:
+            while block := response.read(chunk):
+                out.write(block)
+                received += len(block)
+    except (OSError, http.client.HTTPException) as err:
+        raise _Transient(
+            f"transfer interrupted after {offset + received} bytes: {type(err).__name__}: {err}"
+        ) from err
+    return received
 
 
 def _range_start(response) -> int | None:

@@ -5,7 +5,7 @@ from) and, where the path says so, the client of every row:
 
 - a **folder**: every ``.png``, ``.jpg``, ``.jpeg`` and ``.webp`` file below it,
   recursively, in sorted order of the relative path (hidden files and
-  ``__MACOSX`` skipped; :func:`distrank.data.readers._image_files`). With
+  ``__MACOSX`` skipped; :func:`distrank.data.readers.image_files`). With
   ``clients_from_subfolders``, each top-level subfolder is a client
   (``ref/hospital_a/*.png``, ``ref/hospital_b/*.png``), named after the subfolder.
 - an **image npz**: ``arr_0`` (ADM / guided-diffusion batches) or ``images`` (the
@@ -45,9 +45,10 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import positive_int
+from distrank._io import file_digest
 
 from .readers import IMAGE_EXTENSIONS as _READER_EXTENSIONS
-from .readers import _image_files, decode_image
+from .readers import decode_image, image_files
 from .sources import ImageSet, load_source
 
 __all__ = [
@@ -183,20 +184,12 @@ def open_images(
         return ImageArchive(path), None
     if kind == "features":
         raise ValueError(f"{path} holds features, not images")
-    files = _image_files(path, IMAGE_EXTENSIONS)
-    if not files:
-        raise FileNotFoundError(
-            f"{path}: no {'/'.join(IMAGE_EXTENSIONS)} images in this folder or below it"
-        )
-    clients = None
-    if clients_from_subfolders:
-        flat = [f for f in files if len(f.relative_to(path).parts) < 2]
-        if flat:
-            raise ValueError(
-                f"{flat[0]} lies directly in {path}, whose subfolders are the "
-                "clients; move it into a client's subfolder"
-            )
-        clients = np.array([f.relative_to(path).parts[0] for f in files])
+    files, clients = image_files(
+        path,
+        subfolders="client" if clients_from_subfolders else None,
+        extensions=IMAGE_EXTENSIONS,
+        what="folder",
+    )
     return ImageFiles(tuple(files), path), clients
 
 
@@ -279,7 +272,6 @@ def _by_size(start: int, images: list[np.ndarray]) -> Iterator[tuple[np.ndarray,
 
 def _file_digest(file: Path) -> bytes:
     try:
-        with open(file, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").digest()
+        return bytes.fromhex(file_digest(file))
     except OSError as err:
         raise ValueError(f"cannot read image {file}: {err.strerror or err}") from None

@@ -30,6 +30,7 @@ __all__ = [
     "UnsafePickleError",
     "cifar10_label_names",
     "decode_image",
+    "image_files",
     "read_adm_npz",
     "read_cifar10_python",
     "read_image_folder",
@@ -141,21 +142,12 @@ def read_image_folder(
     """
     if mode not in ("RGB", "L"):
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
-    root = Path(path)
-    if not root.is_dir():
-        raise NotADirectoryError(f"image folder {root} does not exist or is not a directory")
-    files = _image_files(root, extensions)
-    if max_images is not None:
-        files = files[:max_images]
-    if not files:
-        raise FileNotFoundError(f"no {'/'.join(extensions)} images found below {root}")
-    labels = None
-    if labels_from_subfolders:
-        flat = [f for f in files if len(f.relative_to(root).parts) < 2]
-        if flat:
-            raise ValueError(f"{flat[0]} is not inside a subfolder of {root}, so it has no label")
-        labels = np.array([f.relative_to(root).parts[0] for f in files])
-
+    files, labels = image_files(
+        path,
+        subfolders="label" if labels_from_subfolders else None,
+        extensions=extensions,
+        max_images=max_images,
+    )
     images = None
     for i, file in enumerate(files):
         pixels = decode_image(file, mode)
@@ -196,7 +188,26 @@ def decode_image(file: Path, mode: str | None) -> np.ndarray:
     return pixels[..., np.newaxis] if pixels.ndim == 2 else pixels
 
 
-def _image_files(root: Path, extensions: tuple[str, ...]) -> list[Path]:
+def image_files(
+    root: str | os.PathLike,
+    *,
+    subfolders: str | None = None,
+    extensions: tuple[str, ...] = IMAGE_EXTENSIONS,
+    max_images: int | None = None,
+    what: str = "image folder",
+) -> tuple[list[Path], np.ndarray | None]:
+    """The image files below the folder ``root`` and, with ``subfolders``, their labels.
+
+    Files come recursively, sorted by relative path; hidden files and macOS
+    ``__MACOSX`` folders are skipped; ``max_images`` keeps the first ones.
+    ``subfolders`` names what a top-level subfolder gives each file below it
+    (``"label"``, ``"client"``): the labels are then its name (a unicode array), and
+    a file directly in ``root`` is an error. ``what`` names the folder in errors,
+    as does a missing folder and one without images.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise NotADirectoryError(f"{what} {root} does not exist or is not a directory")
     wanted = {e.lower() for e in extensions}
     files = []
     for file in root.rglob("*"):
@@ -205,7 +216,18 @@ def _image_files(root: Path, extensions: tuple[str, ...]) -> list[Path]:
             continue
         if file.suffix.lower() in wanted and file.is_file():
             files.append(file)
-    return sorted(files, key=lambda f: f.relative_to(root).as_posix())
+    files = sorted(files, key=lambda f: f.relative_to(root).as_posix())[:max_images]
+    if not files:
+        raise FileNotFoundError(f"{what} {root}: no {'/'.join(extensions)} images below it")
+    if subfolders is None:
+        return files, None
+    flat = [f for f in files if len(f.relative_to(root).parts) < 2]
+    if flat:
+        raise ValueError(
+            f"{flat[0]} is not inside a subfolder of {root}, so it has no {subfolders}; "
+            f"move it into the subfolder of its {subfolders}"
+        )
+    return files, np.array([f.relative_to(root).parts[0] for f in files])
 
 
 # ---------------------------------------------------------------------------

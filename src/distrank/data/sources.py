@@ -62,10 +62,9 @@ from .fashion_mnist import CLASS_NAMES as FASHION_MNIST_CLASSES
 from .fashion_mnist import load_fashion_mnist
 from .images import check_images, load_images
 from .readers import (
-    IMAGE_EXTENSIONS,
-    _image_files,
     cifar10_label_names,
     decode_image,
+    image_files,
     read_adm_npz,
     read_cifar10_python,
 )
@@ -317,24 +316,12 @@ def _encode_labels(labels: np.ndarray | None) -> tuple[np.ndarray | None, tuple[
 
 def _load_folder(location: Path, source: Mapping, limits: _Limits, workers: int) -> ImageSet:
     root = location / source["subdir"] if source.get("subdir") else location
-    if not root.is_dir():
-        raise NotADirectoryError(f"folder source: {root} does not exist or is not a directory")
-    files = _image_files(root, IMAGE_EXTENSIONS)
-    if not files:
-        raise FileNotFoundError(
-            f"folder source: no {'/'.join(IMAGE_EXTENSIONS)} images below {root}"
-        )
-    labels = label_names = None
-    if source.get("labels_from_subfolders", False):
-        flat = [f for f in files if len(f.relative_to(root).parts) < 2]
-        if flat:
-            raise ValueError(
-                f"{flat[0]} is not inside a subfolder of {root}, so it has no label "
-                "(labels_from_subfolders is true)"
-            )
-        labels, label_names = _encode_labels(
-            np.array([f.relative_to(root).parts[0] for f in files])
-        )
+    files, labels = image_files(
+        root,
+        subfolders="label" if source.get("labels_from_subfolders", False) else None,
+        what="folder source",
+    )
+    labels, label_names = _encode_labels(labels)
     rows = limits.rows(labels, len(files), f"folder source {root}")
     files = [files[i] for i in rows]
     if labels is not None:

@@ -10,11 +10,14 @@ A module defines
     def check(settings, config) -> None                 # cross-key config checks
     def scores(settings, config) -> (partition, models) # what it reads from scoring
     def models(settings, config) -> {name: spec}        # image models it adds to the zoo
+    STEPS = {"e<n>_<what>": fn}                         # its pre-steps, by rule name
 
 ``inputs`` maps the names of its Snakemake rule's inputs to paths, ``settings`` is
 its config section, ``context`` what every experiment may use (``extractor``,
-``seed``, ``metrics``, ``models``: the names it scores). Pure functions do the
-work; ``run`` only loads and calls them. This module also holds the helpers they
+``seed``, ``metrics``, ``models``: the names it scores). A pre-step is a rule
+that makes its inputs (E2's feature-space models, E5's training, ...): ``fn(job)``
+gets a :class:`Job`. ``scripts/experiment.py`` runs both (:func:`run_rule`). Pure
+functions do the work; ``run`` and the steps only load and call them. This module also holds the helpers they
 share: a tidy score table (columns ``model, metric, aggregation, client, value``;
 ``aggregation`` in ``{"all", "avg", "client"}``) turned into one row per model,
 rankings, and how well the ``avg`` ranking agrees with the ``all`` ranking.
@@ -27,23 +30,27 @@ import pkgutil
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 
-import numpy as np
 import pandas as pd
 
+from distrank.metrics.ranking import discordant_pairs, rank_models
 from distrank.metrics.registry import HIGHER_IS_BETTER, display
 
 __all__ = [
     "EXPERIMENTS",
     "Experiment",
     "Outputs",
+    "Job",
     "get",
+    "run_rule",
     "SCORE_COLUMNS",
     "check_scores",
     "aggregates_wide",
     "per_model",
     "zoo_scores",
+    "check_partition",
+    "check_model",
+    "labelled",
     "collected",
     "rank_models",
     "discordant_pairs",
@@ -59,6 +66,18 @@ class Outputs:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: dict[str, object] = field(default_factory=dict)  # matplotlib Figures
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a pre-step gets from its rule: named inputs and outputs (a path, or a list
+    of paths), params, wildcards and the job's threads."""
+
+    inputs: Mapping
+    outputs: Mapping
+    params: Mapping
+    wildcards: Mapping = field(default_factory=dict)
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,16 @@ class Experiment:
         fn = getattr(self.module, "models", None)
         return {} if fn is None else dict(fn(settings, config))
 
+    @property
+    def steps(self) -> dict:
+        """Its pre-steps: rule name (``e<n>_...``) -> function of a :class:`Job`."""
+        steps = dict(getattr(self.module, "STEPS", {}))
+        prefix = f"{self.key.lower()}_"
+        wrong = [name for name in steps if not name.startswith(prefix)]
+        if wrong:
+            raise RuntimeError(f"{self.key}: pre-step rules {wrong} must start with {prefix!r}")
+        return steps
+
     def run(self, inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
         out = self.module.run(inputs, settings, context)
         if set(out.tables) != set(self.tables) or set(out.figures) != set(self.figures):
@@ -123,8 +152,8 @@ class Experiment:
 
     def write(self, out: Outputs, paths: Mapping) -> None:
         """Tables as CSV, Markdown and LaTeX; figures as PDF and PNG, at ``paths``."""
-        from distrank.report.figures import save
-        from distrank.report.tables import write_table
+        from distrank.figures import save
+        from distrank.tables import write_table
 
         for suffix, table in out.tables.items():
             write_table(table, str(paths[f"table{suffix}"][0]).removesuffix(".csv"))
@@ -135,6 +164,27 @@ class Experiment:
 def zoo_scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
     """``scores`` of an experiment that ranks the config's whole zoo on its partition."""
     return settings["partition"], list(config["models"])
+
+
+def check_partition(config: Mapping, where: str, name: str) -> None:
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a partition."""
+    if name not in config["partitions"]:
+        raise ValueError(
+            f"config: {where} is {name!r}, not one of partitions: {sorted(config['partitions'])}"
+        )
+
+
+def check_model(config: Mapping, where: str, name: str) -> None:
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a model."""
+    if name not in config["models"]:
+        raise ValueError(
+            f"config: {where} {name!r} is not one of models: {sorted(config['models'])}"
+        )
+
+
+def labelled(source: Mapping) -> bool:
+    """False where the source surely has no labels: a folder not labelled by subfolder."""
+    return source["kind"] != "folder" or source.get("labels_from_subfolders", False)
 
 
 def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
@@ -164,6 +214,20 @@ def get(key: str) -> Experiment:
             f"config: experiments.{key} is not an experiment; known: {list(EXPERIMENTS)}"
         )
     return EXPERIMENTS[key]
+
+
+def run_rule(rule: str, job: Job) -> None:
+    """Run the rule ``rule`` of the workflow: an experiment (its key: ``run``, then
+    ``write`` its outputs), or one of its pre-steps (``e<n>_...``: see ``STEPS``)."""
+    if rule in EXPERIMENTS:
+        exp = EXPERIMENTS[rule]
+        exp.write(exp.run(job.inputs, job.params["settings"], job.params["context"]), job.outputs)
+        return
+    match = re.match(r"e(\d+)_", rule)
+    steps = EXPERIMENTS[f"E{match[1]}"].steps if match and f"E{match[1]}" in EXPERIMENTS else {}
+    if rule not in steps:
+        raise ValueError(f"rule {rule!r} is neither an experiment nor a pre-step of one")
+    steps[rule](job)
 
 
 def check_scores(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:
@@ -204,29 +268,6 @@ def aggregates_wide(scores: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFram
     wide = wide.sort_index().reset_index()
     wide.columns.name = None
     return wide
-
-
-def rank_models(values: pd.Series | np.ndarray, *, higher_is_better: bool) -> np.ndarray:
-    """Rank 1 = best; ties share the lowest rank (``"min"`` method), as integers."""
-    series = pd.Series(np.asarray(values, dtype=float))
-    return series.rank(ascending=not higher_is_better, method="min").astype(int).to_numpy()
-
-
-def discordant_pairs(
-    all_values: Sequence[float], avg_values: Sequence[float]
-) -> list[tuple[int, int]]:
-    """Index pairs ``(i, j)``, ``i < j``, that ``all`` and ``avg`` order oppositely.
-
-    A pair tied in one aggregation but not the other is not counted (Kendall's
-    tau-b treats it as neither concordant nor discordant).
-    """
-    a = np.asarray(all_values, dtype=float)
-    b = np.asarray(avg_values, dtype=float)
-    return [
-        (i, j)
-        for i, j in combinations(range(len(a)), 2)
-        if np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) < 0
-    ]
 
 
 def rank_agreement(wide: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

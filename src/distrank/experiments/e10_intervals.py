@@ -29,9 +29,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import SymmetricalLogLocator
 
 from distrank._io import atomic_open
-from distrank.experiments import Outputs
+from distrank.experiments import Job, Outputs
+from distrank.figures import metric_name, new_figure, paper_style
 from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
-from distrank.report.figures import metric_name, new_figure, paper_style
 
 __all__ = [
     "TABLES",
@@ -176,6 +176,29 @@ def write_bootstrap_tables(
     for table, path in ((pairs, pairs_path), (tau, tau_path)):
         with atomic_open(path, "w") as f:
             table.to_csv(f, index=False)
+
+
+def bootstrap_centralized(job: Job) -> None:
+    """Pre-step ``e10_bootstrap_centralized``: :func:`write_bootstrap_tables` on the
+    rule's files."""
+    settings = job.params["settings"]
+    write_bootstrap_tables(
+        job.inputs["reference"],
+        job.inputs["manifest"],
+        dict(zip(job.params["models"], job.inputs["models"])),
+        job.outputs["pairs"],
+        job.outputs["tau"],
+        metrics=settings["metrics"],
+        n_resamples=settings["n_resamples"],
+        confidence_level=settings["confidence_level"],
+        seed=job.params["seed"],
+        metrics_config=job.params["metrics"],
+        device=job.params["device"],
+        threads=job.threads,
+    )
+
+
+STEPS = {"e10_bootstrap_centralized": bootstrap_centralized}
 
 
 def e10_table(pairs: pd.DataFrame) -> pd.DataFrame:

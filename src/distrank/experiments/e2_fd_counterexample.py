@@ -55,8 +55,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.clients import client_weights
-from distrank.experiments import Outputs, check_scores, collected
-from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
+from distrank.experiments import Job, Outputs, check_scores, collected
+from distrank.figures import metric_label, metric_name, new_figure, paper_style
 
 __all__ = [
     "G1",
@@ -75,7 +75,7 @@ G1, G2 = "e2-G1", "e2-G2"
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    from distrank.config import check_model
+    from distrank.experiments import check_model
 
     check_model(config, "experiments.E2.base_model", settings["base_model"])
 
@@ -109,6 +109,21 @@ def write_models(
     for path, feats in ((g1_path, g1), (g2_path, g2)):
         with atomic_path(path) as tmp:
             np.savez(tmp, features=feats)
+
+
+def models_centralized(job: Job) -> None:
+    """Pre-step ``e2_models_centralized``: :func:`write_models` on the rule's files."""
+    write_models(
+        job.inputs["clients"],
+        job.inputs["base"],
+        job.outputs["g1"],
+        job.outputs["g2"],
+        classes=job.params["classes"],
+        seed=job.params["seed"],
+    )
+
+
+STEPS = {"e2_models_centralized": models_centralized}
 
 
 @dataclass(frozen=True)

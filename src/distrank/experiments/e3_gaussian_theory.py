@@ -52,7 +52,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import Outputs
-from distrank.report.figures import new_figure, paper_style
+from distrank.figures import new_figure, paper_style
 
 TABLES = ("", "_curves")
 

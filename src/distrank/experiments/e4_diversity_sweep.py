@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from distrank.experiments import Outputs, check_scores, collected
+from distrank.experiments import Job, Outputs, check_scores, collected
+from distrank.figures import DOUBLE_COLUMN_IN, metric_label, new_figure, paper_style
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRIC_KEYS, display
-from distrank.report.figures import DOUBLE_COLUMN_IN, metric_label, new_figure, paper_style
 
 __all__ = [
     "SIMULATED",
+    "FAMILY_KINDS",
     "sweep_models",
     "sweep_inputs",
     "partition_classes",
@@ -54,6 +55,8 @@ FIGURES = ("", "_samples")
 
 #: Kind of the feature-space family: held-out real features pulled to their class means.
 SIMULATED = "simulated"
+#: Kinds a family may be: the zoo's kinds with a diversity knob, and the simulated one.
+FAMILY_KINDS = ("cgan", "vae", "diffusion", "noise", "blur", "checkpoint", SIMULATED)
 #: Keys of a family that describe the sweep; the rest is the spec of its models.
 _SWEEP_KEYS = ("knob", "values", "diversity")
 
@@ -73,7 +76,7 @@ def check(settings: Mapping, config: Mapping) -> None:
                 f"{where}: the simulated family pulls held-out features, but "
                 "the config has no heldout"
             )
-        if spec["kind"] not in (*zoo.KINDS, SIMULATED):
+        if spec["kind"] not in FAMILY_KINDS:
             raise ValueError(f"{where}.kind: unknown {spec['kind']!r}")
 
 
@@ -98,24 +101,18 @@ def scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
     return settings["partition"], list(sweep_models(settings))
 
 
-def sweep_inputs(settings: Mapping, results: str, artifact_path) -> dict[str, str]:
-    """What the sweep's families are made from, as :func:`write_sweep` reads it:
-    ``state_<family>`` (``<results>/zoo/<kind>.pt``), ``checkpoint_<family>`` and
-    ``code_<family>`` (``artifact_path(name)``: where the workflow keeps an artifact),
-    ``heldout_features`` (simulated family) or ``heldout`` (held-out images)."""
-    from distrank import zoo
-
+def sweep_inputs(settings: Mapping, model_files, heldout_features: str) -> dict[str, str]:
+    """What the sweep's families are made from, as :func:`write_sweep` reads it: each
+    family's files by ``model_files(spec)`` (the workflow's, e.g. ``{"state": path}``)
+    named ``<name>_<family>`` (``heldout``, shared, keeps its name), and
+    ``heldout_features`` for the simulated family."""
     inputs = {}
     for family, spec in settings["families"].items():
-        if spec["kind"] in zoo.FAMILIES:
-            inputs[f"state_{family}"] = f"{results}/zoo/{spec['kind']}.pt"
-        elif spec["kind"] == "checkpoint":
-            inputs[f"checkpoint_{family}"] = artifact_path(spec["checkpoint"])
-            inputs[f"code_{family}"] = artifact_path(spec["code"])
-        elif spec["kind"] == SIMULATED:
-            inputs["heldout_features"] = f"{results}/features/heldout.npz"
-        else:
-            inputs["heldout"] = f"{results}/images/heldout.npz"
+        if spec["kind"] == SIMULATED:
+            inputs["heldout_features"] = heldout_features
+            continue
+        for name, path in model_files(spec).items():
+            inputs[name if name == "heldout" else f"{name}_{family}"] = path
     return inputs
 
 
@@ -169,7 +166,7 @@ def write_sweep(
     from distrank import zoo
     from distrank._io import atomic_path
     from distrank.data.images import save_images
-    from distrank.features import get_extractor
+    from distrank.features import extractor_from_config
     from distrank.features.cache import extract_to_file
     from distrank.federation import load_features
 
@@ -216,20 +213,37 @@ def write_sweep(
             )
         save_images(outputs[name]["images"], images, labels, model=name, spec=spec)
         if extractor is None:  # loaded once for the whole sweep
-            options = {"num_threads": threads} if features["backend"] == "onnx" else {}
-            extractor = get_extractor(
-                features["extractor"],
-                backend=features["backend"],
-                device=device,
-                cache_dir=features.get("weights_dir"),
-                **options,
-            )
+            extractor = extractor_from_config(features, device=device, threads=threads)
         extract_to_file(
             outputs[name]["images"],
             outputs[name]["features"],
             extractor,
             batch_size=features["batch_size"],
         )
+
+
+def sweep_centralized(job: Job) -> None:
+    """Pre-step ``e4_sweep_models``: :func:`write_sweep` on the rule's files."""
+    params = job.params
+    outputs = {m: {"features": path} for m, path in zip(params["models"], job.outputs["features"])}
+    for name, path in zip(params["image_models"], job.outputs["images"]):
+        outputs[name]["images"] = path
+    write_sweep(
+        params["settings"],
+        job.inputs,
+        outputs,
+        n_samples=params["n_samples"],
+        seed=params["seed"],
+        classes=params["classes"],
+        features=params["features"],
+        batch_size=params["batch_size"],
+        device=params["device"],
+        trust_pickles=params["trust_pickles"],
+        threads=job.threads,
+    )
+
+
+STEPS = {"e4_sweep_models": sweep_centralized}
 
 
 def e4_curves(

@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import (
+    Job,
     Outputs,
     aggregates_wide,
     collected,
@@ -33,8 +34,8 @@ from distrank.experiments import (
     per_model,
     rank_agreement,
 )
+from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics.registry import display
-from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
 
 __all__ = ["RUNS", "round_tags", "checkpoint_models", "train", "e5_table", "e5_figure", "run"]
 
@@ -100,8 +101,26 @@ def train(
     )
 
 
+def train_centralized(job: Job) -> None:
+    """Pre-step ``e5_train_centralized``: :func:`train` one run (wildcard ``run``)."""
+    train(
+        job.inputs["images"],
+        job.inputs["manifest"],
+        job.outputs["bundle"],
+        run=job.wildcards["run"],
+        settings=job.params["settings"],
+        seed=job.params["seed"],
+        checkpoint_dir=job.params["checkpoint_dir"],
+        threads=job.threads,
+        device=job.params["device"],
+    )
+
+
+STEPS = {"e5_train_centralized": train_centralized}
+
+
 def check(settings: Mapping, config: Mapping) -> None:
-    from distrank.config import labelled
+    from distrank.experiments import labelled
 
     if not labelled(config["reference"]["source"]):
         raise ValueError(

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.experiments import Outputs, collected, per_model, zoo_scores
+from distrank.figures import e6_figure
 from distrank.metrics.registry import PRDC, display
-from distrank.report.figures import metric_label, new_figure, paper_style
 
 __all__ = ["PRDC", "e6_table", "e6_figure", "run"]
 
@@ -51,42 +49,3 @@ def e6_table(
     table, agreement = per_model(scores, metrics, difference="absdiff")
     agreement["max_absdiff"] = [float(table[f"{display(m)}_absdiff"].max()) for m in metrics]
     return table, agreement
-
-
-def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC) -> Figure:
-    """2 x 2 scatter, one panel per metric: avg (y) against all (x), one point per
-    model, with the diagonal y = x (where Recall's points lie exactly); both axes of
-    a panel share their limits. Panels do not share scales (density is not bounded
-    by one). ``table`` is ``per_model`` of
-    :func:`e6_table`."""
-    if len(metrics) != 4:
-        raise ValueError(f"e6_figure draws four panels, got metrics {list(metrics)}")
-    with paper_style():
-        fig, axes = new_figure(2, 2, width="double", height=5.4)
-        for letter, ax, metric in zip("abcd", axes.flat, metrics):
-            name = display(metric)
-            x = table[f"{name}_all"].to_numpy(float)
-            y = table[f"{name}_avg"].to_numpy(float)
-            lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
-            pad = 0.08 * (hi - lo if hi > lo else 1.0)
-            lims = (lo - pad, hi + pad)
-            ax.plot(lims, lims, color="0.5", lw=0.8, ls="--", zorder=1, label="avg = all")
-            ax.scatter(
-                x,
-                y,
-                s=16,
-                color="tab:blue",
-                edgecolor="white",
-                linewidth=0.4,
-                zorder=3,
-                label=f"model ({len(x)})",
-            )
-            ax.set_xlim(lims)
-            ax.set_ylim(lims)
-            ax.set_xlabel(metric_label(metric, extractor, "all"))
-            ax.set_ylabel(metric_label(metric, extractor, "avg"))
-            ax.set_title(
-                f"({letter}) {name}: max |all - avg| = {np.max(np.abs(x - y)):.2g}", loc="left"
-            )
-            ax.legend(loc="best")  # points may sit anywhere off the diagonal
-    return fig

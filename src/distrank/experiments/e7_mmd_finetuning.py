@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from distrank.experiments import Outputs, aggregates_wide, collected
+from distrank.experiments import Job, Outputs, aggregates_wide, collected
+from distrank.figures import metric_label, new_figure, paper_style
 from distrank.metrics.registry import display
-from distrank.report.figures import metric_label, new_figure, paper_style
 
 __all__ = [
     "TRAINED",
@@ -151,6 +151,27 @@ def finetune(
         out_path,
         {f"e7-{method}-{tag}": state for tag, (_, state) in zip(step_tags(settings), points[1:])},
     )
+
+
+def finetune_centralized(job: Job) -> None:
+    """Pre-step ``e7_finetune_centralized``: :func:`finetune` by one method (wildcard
+    ``method``)."""
+    finetune(
+        job.inputs["state"],
+        job.inputs["manifest"],
+        job.outputs["bundle"],
+        method=job.wildcards["method"],
+        settings=job.params["settings"],
+        seed=job.params["seed"],
+        checkpoint_dir=job.params["checkpoint_dir"],
+        threads=job.threads,
+        reference_features=job.inputs.get("reference_features"),
+        reference_images=job.inputs.get("reference_images"),
+        device=job.params["device"],
+    )
+
+
+STEPS = {"e7_finetune_centralized": finetune_centralized}
 
 
 def check(settings: Mapping, config: Mapping) -> None:

@@ -38,8 +38,8 @@ from matplotlib.figure import Figure
 
 from distrank.clients import partition
 from distrank.experiments import Outputs, aggregates_wide, rank_agreement
+from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics.registry import METRIC_KEYS
-from distrank.report.figures import metric_label, metric_name, new_figure, paper_style
 
 __all__ = [
     "ONE_CLASS",

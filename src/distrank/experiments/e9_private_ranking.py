@@ -25,8 +25,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank._io import atomic_open
-from distrank.experiments import Outputs
-from distrank.report.figures import new_figure, paper_style
+from distrank.experiments import Job, Outputs
+from distrank.figures import new_figure, paper_style
 
 if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
     from distrank.metrics.kd import KernelSums
@@ -225,6 +225,29 @@ def write_kernel_inputs(
     }
     with atomic_open(out_path) as f:
         np.savez(f, models=np.array(list(models)), bandwidth=bandwidth, **arrays)
+
+
+def kernel_inputs_centralized(job: Job) -> None:
+    """Pre-step ``e9_kernel_inputs_centralized``: :func:`write_kernel_inputs` on the
+    rule's files."""
+    settings, metrics = job.params["settings"], job.params["metrics"]
+    write_kernel_inputs(
+        job.inputs["reference"],
+        job.inputs["manifest"],
+        dict(zip(job.params["models"], job.inputs["models"])),
+        job.outputs["kernel_inputs"],
+        sizes=settings["client_sizes"],
+        kernel=settings["kernel"],
+        bandwidth_from=settings["bandwidth_from"],
+        estimator=metrics["kd_estimator"],
+        seed=job.params["seed"],
+        dtype=metrics["dtype"],
+        device=job.params["device"],
+        threads=job.threads,
+    )
+
+
+STEPS = {"e9_kernel_inputs_centralized": kernel_inputs_centralized}
 
 
 def read_kernel_inputs(path) -> dict[int, dict[str, np.ndarray]]:

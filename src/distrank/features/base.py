@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from distrank._backend import resolve_device  # noqa: F401  (the extractors import it from here)
+from distrank._arrays import resolve_device  # noqa: F401  (the extractors import it from here)
 from distrank._progress import progress
 
 from .preprocess import check_images

@@ -23,7 +23,6 @@ folder (:func:`default_cache_dir`) under a name derived from the metadata.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zipfile
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distrank._io import atomic_open
+from distrank._io import atomic_open, file_digest, text_digest
 from distrank._progress import progress
 
 __all__ = [
@@ -72,14 +71,6 @@ def meta_path(out_npz: str | os.PathLike) -> Path:
     """The metadata sidecar of a feature file: ``<out>.meta.json``."""
     out = Path(out_npz)
     return out.with_name(out.name + ".meta.json")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _npz_member_shape(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype] | None:
@@ -126,7 +117,7 @@ def requested_metadata(
     return input_metadata(
         extractor,
         n=int(shape[0]),
-        input_sha256=_sha256(images_npz),
+        input_sha256=file_digest(images_npz),
         input_shape=[int(s) for s in shape],
         labels=has_labels,
         extra_meta=extra_meta,
@@ -301,7 +292,7 @@ def cached_input_features(
 def cache_file(cache_dir: str | os.PathLike, meta: dict) -> Path:
     """Where :func:`cached_input_features` keeps features of the given metadata in a
     cache folder: one file per (input, extractor, options), named by their digest."""
-    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
+    digest = text_digest(json.dumps(meta, sort_keys=True))[:24]
     return Path(cache_dir) / f"{meta['extractor']}-{digest}.npz"
 
 

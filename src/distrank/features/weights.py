@@ -22,12 +22,13 @@ file can hold tensors and plain containers only, never code.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from distrank._io import file_digest
 
 __all__ = [
     "WEIGHTS",
@@ -177,11 +178,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 22):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = file_digest(path)
     return _DIGESTS[key]
 
 

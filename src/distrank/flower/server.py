@@ -241,7 +241,7 @@ def federated_table(
     ``all`` rows come only when every reply holds statistics and ``models`` (the
     generated features, name -> (m, d)) is given. ``kd_std`` has no ``avg``.
     """
-    from distrank._backend import client_groups
+    from distrank.clients import client_groups
     from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
     from distrank.metrics.scoring import COLUMNS
 

@@ -59,8 +59,9 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from distrank._backend import as_features, client_groups, resolve_device, work_dtype
+from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank._checks import positive_int
+from distrank.clients import client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.registry import METRIC_KEYS, check_metrics

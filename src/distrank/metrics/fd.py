@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distrank._backend import as_features, resolve_device
+from distrank._arrays import as_features, resolve_device
 
 BLOCK_SIZE = 8192  # rows per covariance update
 
@@ -117,35 +117,47 @@ def frechet_distances(
     dims = {s.mean.shape[0] for s in stats}
     if len(dims) > 1:
         raise ValueError(f"stats: dimensions differ between references and models: {sorted(dims)}")
-    dev = resolve_device(device)
-    covs, factors = {}, {}
-
-    def cov(i):
-        if i not in covs:
-            covs[i] = torch.as_tensor(stats[i].cov, dtype=torch.float64, device=dev)
-        return covs[i]
-
-    def factor(i):
-        if i not in factors:
-            if stats[i].factor is not None:
-                factors[i] = torch.as_tensor(stats[i].factor, dtype=torch.float64, device=dev)
-            else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
-                factors[i] = sqrt_factor(cov(i), try_cholesky=rank_bound(i) == len(stats[i].mean))
-        return factors[i]
-
-    def rank_bound(i):
-        return min(stats[i].n - 1, stats[i].mean.shape[0])
-
+    cache = _Factors(stats, resolve_device(device))
     out = np.empty((len(references), len(models)))
     for r, ref in enumerate(references):
         for g, model in enumerate(models):
             i, j = r, len(references) + g
-            if rank_bound(j) < rank_bound(i):
+            if cache.rank_bound(j) < cache.rank_bound(i):
                 i, j = j, i
             mean_term = float(np.sum((ref.mean - model.mean) ** 2))
             traces = float(np.trace(ref.cov)) + float(np.trace(model.cov))
-            out[r, g] = mean_term + traces - 2.0 * _root_trace(factor(i), cov(j))
+            out[r, g] = mean_term + traces - 2.0 * _root_trace(cache.factor(i), cache.cov(j))
     return out
+
+
+class _Factors:
+    """The covariances (float64 on ``device``) and square-root factors of ``stats``,
+    each made once, on first use."""
+
+    def __init__(self, stats: Sequence[GaussianStats], device):
+        self.stats, self.device = stats, device
+        self.covs, self.factors = {}, {}
+
+    def cov(self, i: int) -> torch.Tensor:
+        if i not in self.covs:
+            self.covs[i] = torch.as_tensor(
+                self.stats[i].cov, dtype=torch.float64, device=self.device
+            )
+        return self.covs[i]
+
+    def factor(self, i: int) -> torch.Tensor:
+        if i not in self.factors:
+            if self.stats[i].factor is not None:
+                self.factors[i] = torch.as_tensor(
+                    self.stats[i].factor, dtype=torch.float64, device=self.device
+                )
+            else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
+                full_rank = self.rank_bound(i) == len(self.stats[i].mean)
+                self.factors[i] = sqrt_factor(self.cov(i), try_cholesky=full_rank)
+        return self.factors[i]
+
+    def rank_bound(self, i: int) -> int:
+        return min(self.stats[i].n - 1, self.stats[i].mean.shape[0])
 
 
 def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor:

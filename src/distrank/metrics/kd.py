@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._backend import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel, make_kernel
 
 ESTIMATORS = ("unbiased", "biased", "subsets")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distrank._backend import as_features, positive_int
+from distrank._arrays import as_features, positive_int
 
 KERNELS = ("poly", "rbf", "laplace", "linear")
 _PARAMETERS = {

@@ -38,16 +38,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._backend import (
-    as_features,
-    check_metrics,
-    client_groups,
-    positive_int,
-    resolve_device,
-    work_dtype,
-)
+from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank.clients import client_groups
 from distrank.metrics.kernels import sq_euclidean, sq_norms
 from distrank.metrics.registry import PRDC as METRICS
+from distrank.metrics.registry import check_metrics
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 _BLOCK_ELEMENTS = 2**24
@@ -97,31 +92,14 @@ def prdc(
     # Validate everything before any heavy computation.
     reference = as_features(reference, "reference")
     n, d = reference.shape
-    fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
-    for name, y in fakes.items():
-        if y.shape[1] != d:
-            raise ValueError(
-                f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                f"the reference dimension {d}"
-            )
-        if "recall" in wanted and y.shape[0] < pr_k + 1:
-            raise ValueError(
-                f"models[{name!r}]: {y.shape[0]} rows; recall with "
-                f"pr_k={pr_k} needs at least {pr_k + 1}"
-            )
+    fakes = _check_models(models, d, recall_k=pr_k if "recall" in wanted else None)
     labels, groups, order = _client_groups(clients, n)
     # k of the reference radii: pooled and within every client.
     ref_ks = sorted(
         {pr_k for m in wanted if m == "precision"}
         | {dc_k for m in wanted if m in ("density", "coverage")}
     )
-    for label, (start, stop) in zip(labels, groups):
-        for k in ref_ks:
-            if stop - start < k + 1:
-                raise ValueError(
-                    f"clients: client {label!r} has {stop - start} rows; "
-                    f"k={k} nearest neighbours need at least {k + 1}"
-                )
+    _check_client_sizes(labels, groups, ref_ks)
 
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
@@ -140,6 +118,34 @@ def prdc(
         hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, block)
         result[name] = _values(hits, labels, groups, wanted, dc_k, fake.shape[0])
     return result
+
+
+def _check_models(models: Mapping, d: int, *, recall_k: int | None) -> dict:
+    """The models' features, each of dimension ``d`` and, for recall (``recall_k``),
+    with more than ``recall_k`` rows."""
+    fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
+    for name, y in fakes.items():
+        if y.shape[1] != d:
+            raise ValueError(
+                f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                f"the reference dimension {d}"
+            )
+        if recall_k is not None and y.shape[0] < recall_k + 1:
+            raise ValueError(
+                f"models[{name!r}]: {y.shape[0]} rows; recall with "
+                f"pr_k={recall_k} needs at least {recall_k + 1}"
+            )
+    return fakes
+
+
+def _check_client_sizes(labels, groups, ks) -> None:
+    for label, (start, stop) in zip(labels, groups):
+        for k in ks:
+            if stop - start < k + 1:
+                raise ValueError(
+                    f"clients: client {label!r} has {stop - start} rows; "
+                    f"k={k} nearest neighbours need at least {k + 1}"
+                )
 
 
 def _check_block(block_rows, itemsize: int) -> int:
@@ -207,19 +213,12 @@ def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, b
     ``density`` (2, n) int, fake rows inside each reference ball (pooled, client
     radii); ``coverage`` (2, n) bool, nearest fake row inside the ball.
     """
-    n, m, dev = ref.shape[0], fake.shape[0], ref.device
+    n, m = ref.shape[0], fake.shape[0]
     fake_sq = _sq_norms(fake, block)
-    hits = {}
+    radii = {"pooled": pooled_r2, "client": client_r2, "pr_k": pr_k, "dc_k": dc_k}
     if "recall" in wanted:
-        fake_r2 = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k]
-        hits["recall"] = torch.zeros(n, dtype=torch.bool, device=dev)
-    if "precision" in wanted:
-        hits["precision"] = torch.zeros(1 + len(groups), m, dtype=torch.bool, device=dev)
-    if "density" in wanted:
-        hits["density"] = torch.zeros(2, n, dtype=torch.int64, device=dev)
-    if "coverage" in wanted:
-        nearest_d2 = torch.full((n,), torch.inf, dtype=ref.dtype, device=dev)
-
+        radii["fake"] = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k]
+    hits = _no_hits(wanted, n, m, len(groups), ref)
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
         # (client index, first row, end row) of each client within this row block
@@ -231,22 +230,47 @@ def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, b
         for c0 in range(0, m, block):
             c1 = min(m, c0 + block)
             d2 = sq_euclidean(ref[r0:r1], fake[c0:c1], ref_sq[r0:r1], fake_sq[c0:c1])
-            if "recall" in wanted:
-                hits["recall"][r0:r1] |= _any(d2 < fake_r2[c0:c1].unsqueeze(0), dim=1)
-            if "precision" in wanted:
-                inside = d2 < pooled_r2[pr_k][r0:r1].unsqueeze(1)
-                hits["precision"][0, c0:c1] |= _any(inside, dim=0)
-                inside = d2 < client_r2[pr_k][r0:r1].unsqueeze(1)
-                for c, a, b in segments:
-                    hits["precision"][1 + c, c0:c1] |= _any(inside[a:b], dim=0)
-            if "density" in wanted:
-                for row, r2 in enumerate((pooled_r2[dc_k], client_r2[dc_k])):
-                    hits["density"][row, r0:r1] += _count_true(d2 < r2[r0:r1].unsqueeze(1), dim=1)
-            if "coverage" in wanted:
-                torch.minimum(nearest_d2[r0:r1], d2.amin(dim=1), out=nearest_d2[r0:r1])
+            _add_block(hits, d2, (r0, r1), (c0, c1), segments, radii)
     if "coverage" in wanted:
+        nearest_d2 = hits.pop("nearest_d2")
         hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k], nearest_d2 < client_r2[dc_k]])
     return {metric: h.cpu() for metric, h in hits.items()}
+
+
+def _no_hits(wanted, n: int, m: int, n_clients: int, ref) -> dict[str, torch.Tensor]:
+    """The hit arrays of :func:`_hits` before any block (coverage: the nearest fake
+    row's squared distance, ``nearest_d2``, infinite)."""
+    dev = ref.device
+    hits = {}
+    if "recall" in wanted:
+        hits["recall"] = torch.zeros(n, dtype=torch.bool, device=dev)
+    if "precision" in wanted:
+        hits["precision"] = torch.zeros(1 + n_clients, m, dtype=torch.bool, device=dev)
+    if "density" in wanted:
+        hits["density"] = torch.zeros(2, n, dtype=torch.int64, device=dev)
+    if "coverage" in wanted:
+        hits["nearest_d2"] = torch.full((n,), torch.inf, dtype=ref.dtype, device=dev)
+    return hits
+
+
+def _add_block(hits, d2, rows, cols, segments, radii) -> None:
+    """Add the block ``d2`` of reference rows ``rows`` x model rows ``cols`` to ``hits``."""
+    (r0, r1), (c0, c1) = rows, cols
+    pooled_r2, client_r2, pr_k, dc_k = (radii[k] for k in ("pooled", "client", "pr_k", "dc_k"))
+    if "recall" in hits:
+        hits["recall"][r0:r1] |= _any(d2 < radii["fake"][c0:c1].unsqueeze(0), dim=1)
+    if "precision" in hits:
+        inside = d2 < pooled_r2[pr_k][r0:r1].unsqueeze(1)
+        hits["precision"][0, c0:c1] |= _any(inside, dim=0)
+        inside = d2 < client_r2[pr_k][r0:r1].unsqueeze(1)
+        for c, a, b in segments:
+            hits["precision"][1 + c, c0:c1] |= _any(inside[a:b], dim=0)
+    if "density" in hits:
+        for row, r2 in enumerate((pooled_r2[dc_k], client_r2[dc_k])):
+            hits["density"][row, r0:r1] += _count_true(d2 < r2[r0:r1].unsqueeze(1), dim=1)
+    if "nearest_d2" in hits:
+        nearest_d2 = hits["nearest_d2"]
+        torch.minimum(nearest_d2[r0:r1], d2.amin(dim=1), out=nearest_d2[r0:r1])
 
 
 # On CPU, reductions over uint8 are several times faster than over bool.

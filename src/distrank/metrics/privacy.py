@@ -66,8 +66,8 @@ import dp_accounting
 import numpy as np
 import pandas as pd
 
-from distrank._backend import client_groups
 from distrank._checks import positive_int
+from distrank.clients import client_groups
 from distrank.metrics.scoring import score
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.

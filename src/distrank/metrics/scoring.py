@@ -27,14 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._backend import (
-    ClientGroups,
-    as_features,
-    client_groups,
-    positive_int,
-    resolve_device,
-    work_dtype,
-)
+from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth

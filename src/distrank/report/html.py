@@ -39,13 +39,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from distrank._io import atomic_write_bytes
+
 # The experiments whose figures the page redraws for the user's models: one import
 # block, so moving them is a one-line change.
 from distrank.experiments import SCORE_COLUMNS, discordant_pairs, rank_models
-from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
-from distrank.experiments.e6_prdc import e6_figure, e6_table
+from distrank.experiments.e1_kd_consistency import e1_table
+from distrank.experiments.e6_prdc import e6_table
+from distrank.figures import e1_figure, e6_figure
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, PRDC, display
-from distrank.report import atomic_write_bytes
 
 __all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
 
@@ -552,7 +554,7 @@ def _check(scores: pd.DataFrame) -> pd.DataFrame:
 def _figure(fig, key: str, caption: str) -> str:
     from matplotlib import pyplot as plt
 
-    from distrank.report.figures import paper_style
+    from distrank.figures import paper_style
 
     buffer = io.BytesIO()
     with paper_style():

@@ -42,8 +42,8 @@ from distrank.training.federated import (
     training_session,
 )
 from distrank.training.resume import Checkpoints
-from distrank.zoo import check_labels, to_float
 from distrank.zoo.cgan import Discriminator, Generator, train_cgan, train_step
+from distrank.zoo.families import check_labels, to_float
 
 __all__ = ["train_cgan_central", "train_cgan_fedavg", "zoo_defaults"]
 
@@ -161,6 +161,58 @@ def train_cgan_fedavg(
     rounds = positive_int(rounds, "rounds")
     local_steps = positive_int(local_steps, "local_steps")
     batch_size = positive_int(batch_size, "batch_size")
+    n_classes = _check_shards(shards, batch_size, n_classes)
+    config = {
+        "z_dim": z_dim,
+        "width": width,
+        "n_classes": n_classes,
+        "side": int(shards[0].images.shape[-1]),
+    }
+    lam = shard_weights(shards)
+    dev = training_device(device)
+    run = {"seed": seed, "rounds": rounds, "local_steps": local_steps, "batch_size": batch_size}
+    run |= {"config": config, "lr_g": lr_g, "lr_d": lr_d, "threads": threads}
+    store = _checkpoints(checkpoint_dir, shards, dev, **run)
+    with training_session(seed, threads, dev):
+        gen = Generator(z_dim, n_classes, width, config["side"]).to(dev)
+        disc = Discriminator(n_classes, width, config["side"]).to(dev)
+        clients = [
+            _Client(s, client_seed(seed, i), config, lr_g, lr_d, dev) for i, s in enumerate(shards)
+        ]
+        done, history, generator, discriminator = _resume(
+            store, clients, gen.state_dict(), disc.state_dict(), dev
+        )
+        per_round = local_steps * len(shards)
+        with progress(total=rounds * per_round, desc=desc, unit="step") as bar:
+            bar.update(done * per_round)
+            for r in range(done + 1, rounds + 1):
+                losses = [
+                    c.train(generator, discriminator, local_steps, batch_size, bar) for c in clients
+                ]
+                generator = average_states([c.gen.state_dict() for c in clients], lam)
+                discriminator = average_states([c.disc.state_dict() for c in clients], lam)
+                d_loss, g_loss = _record(history, r, losses)
+                log.info("%s round %d/%d: d_loss %.4f g_loss %.4f", desc, r, rounds, d_loss, g_loss)
+                _save_round(store, r, config, generator, discriminator, clients, history)
+    return [store.load(r) for r in range(1, rounds + 1)]
+
+
+def _checkpoints(checkpoint_dir, shards: Sequence[Shard], dev, **run) -> Checkpoints:
+    """The job's checkpoint store, keyed by everything that determines the run."""
+    return Checkpoints(
+        checkpoint_dir,
+        {
+            "trainer": "train_cgan_fedavg",
+            **run,
+            "device": dev.type,
+            "data": [data_digest(s.images, s.labels) for s in shards],
+        },
+    )
+
+
+def _check_shards(shards: Sequence[Shard], batch_size: int, n_classes: int | None) -> int:
+    """Raise unless every shard holds a batch of uint8 images with labels in
+    ``0..n_classes-1``; returns ``n_classes`` (default: max label + 1)."""
     if not shards:
         raise ValueError("shards: expected at least one client")
     for i, shard in enumerate(shards):
@@ -171,84 +223,57 @@ def train_cgan_fedavg(
     for shard in shards:
         check_labels(shard.labels, len(shard), n_classes)
         to_float(shard.images[:1])  # checks uint8 (N, H, W)
-    config = {
-        "z_dim": z_dim,
-        "width": width,
-        "n_classes": n_classes,
-        "side": int(shards[0].images.shape[-1]),
+    return n_classes
+
+
+def _resume(store: Checkpoints, clients, generator: dict, discriminator: dict, dev):
+    """(rounds done, history, generator, discriminator): the fresh start given, or the
+    last round saved (whose client states are loaded into ``clients``)."""
+    history = {"round": [], "d_loss": [], "g_loss": []}
+    resumed = store.resume()
+    if resumed is None:
+        return 0, history, generator, discriminator
+    # the same dict literal as a fresh run: equal objects pickle to equal bytes
+    history = {
+        "round": list(resumed["history"]["round"]),
+        "d_loss": list(resumed["history"]["d_loss"]),
+        "g_loss": list(resumed["history"]["g_loss"]),
     }
-    lam = shard_weights(shards)
-    dev = training_device(device)
-    store = Checkpoints(
-        checkpoint_dir,
+    generator = {k: v.to(dev) for k, v in resumed["generator"].items()}
+    discriminator = {k: v.to(dev) for k, v in resumed["discriminator"].items()}
+    for client, state in zip(clients, resumed["clients"]):
+        client.load(state)
+    return int(resumed["point"]), history, generator, discriminator
+
+
+def _record(history: dict, r: int, losses) -> tuple[float, float]:
+    """Append round ``r`` and its mean losses over every client's steps to ``history``."""
+    d_loss, g_loss = np.mean([step for client in losses for step in client], axis=0)
+    history["round"].append(r)
+    history["d_loss"].append(float(d_loss))
+    history["g_loss"].append(float(g_loss))
+    return d_loss, g_loss
+
+
+def _save_round(store: Checkpoints, r: int, config, generator, discriminator, clients, history):
+    """Checkpoint round ``r``: the zoo state, and what a rerun resumes from."""
+    checkpoint = {
+        "family": "cgan",
+        "config": config,
+        "generator": _cpu(generator),
+        "history": history,
+        "round": r,
+    }
+    store.save(
+        r,
+        checkpoint,
         {
-            "trainer": "train_cgan_fedavg",
-            "seed": seed,
-            "rounds": rounds,
-            "local_steps": local_steps,
-            "batch_size": batch_size,
-            "config": config,
-            "lr_g": lr_g,
-            "lr_d": lr_d,
-            "threads": threads,
-            "device": dev.type,
-            "data": [data_digest(s.images, s.labels) for s in shards],
+            "generator": checkpoint["generator"],
+            "discriminator": _cpu(discriminator),
+            "clients": [c.state() for c in clients],
+            "history": history,
         },
     )
-    with training_session(seed, threads, dev):
-        gen = Generator(z_dim, n_classes, width, config["side"]).to(dev)
-        disc = Discriminator(n_classes, width, config["side"]).to(dev)
-        generator, discriminator = gen.state_dict(), disc.state_dict()
-        clients = [
-            _Client(s, client_seed(seed, i), config, lr_g, lr_d, dev) for i, s in enumerate(shards)
-        ]
-        history = {"round": [], "d_loss": [], "g_loss": []}
-        done = 0
-        resumed = store.resume()
-        if resumed is not None:
-            done = int(resumed["point"])
-            # the same dict literal as a fresh run: equal objects pickle to equal bytes
-            history = {
-                "round": list(resumed["history"]["round"]),
-                "d_loss": list(resumed["history"]["d_loss"]),
-                "g_loss": list(resumed["history"]["g_loss"]),
-            }
-            generator = {k: v.to(dev) for k, v in resumed["generator"].items()}
-            discriminator = {k: v.to(dev) for k, v in resumed["discriminator"].items()}
-            for client, state in zip(clients, resumed["clients"]):
-                client.load(state)
-        per_round = local_steps * len(shards)
-        with progress(total=rounds * per_round, desc=desc, unit="step") as bar:
-            bar.update(done * per_round)
-            for r in range(done + 1, rounds + 1):
-                losses = [
-                    c.train(generator, discriminator, local_steps, batch_size, bar) for c in clients
-                ]
-                generator = average_states([c.gen.state_dict() for c in clients], lam)
-                discriminator = average_states([c.disc.state_dict() for c in clients], lam)
-                d_loss, g_loss = np.mean([step for client in losses for step in client], axis=0)
-                history["round"].append(r)
-                history["d_loss"].append(float(d_loss))
-                history["g_loss"].append(float(g_loss))
-                log.info("%s round %d/%d: d_loss %.4f g_loss %.4f", desc, r, rounds, d_loss, g_loss)
-                checkpoint = {
-                    "family": "cgan",
-                    "config": config,
-                    "generator": _cpu(generator),
-                    "history": history,
-                    "round": r,
-                }
-                store.save(
-                    r,
-                    checkpoint,
-                    {
-                        "generator": checkpoint["generator"],
-                        "discriminator": _cpu(discriminator),
-                        "clients": [c.state() for c in clients],
-                        "history": history,
-                    },
-                )
-    return [store.load(r) for r in range(1, rounds + 1)]
 
 
 def train_cgan_central(shards: Sequence[Shard], *, local_steps: int, **kwargs) -> list[dict]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._backend import resolve_device
+from distrank._arrays import resolve_device
 from distrank.clients import UNASSIGNED, client_weights
 
 __all__ = [

@@ -58,8 +58,8 @@ from distrank.training.federated import (
     training_session,
 )
 from distrank.training.resume import Checkpoints
-from distrank.zoo import load_network, to_float
 from distrank.zoo.cgan import Generator
+from distrank.zoo.families import load_network, to_float
 
 __all__ = [
     "METHODS",
@@ -209,6 +209,89 @@ def finetune_mmd(
     list of (step, state)
         The zoo state at steps 0, ``eval_every``, ..., ``steps`` (``none``: step 0 only).
     """
+    steps, batch_size, eval_every, local_steps = _check_schedule(
+        method, steps, batch_size, eval_every, local_steps
+    )
+    ref = torch.as_tensor(reference)
+    clients, ids = _check_clients(ref, clients)
+    dev = training_device(device)
+    run = {"method": method, "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr}
+    run |= {"eval_every": eval_every, "local_steps": local_steps}
+    store = _checkpoints(checkpoint_dir, state, ref, clients, kernel, threads, dev, **run)
+    save = _saver(store, state, method)
+    with training_session(seed, threads, dev):
+        gen = _generator(state, dev)
+        resumed = store.resume()
+        if resumed is None:
+            save(gen, 0)
+            resumed = {"point": 0}
+        else:
+            gen.load_state_dict(resumed["generator"])
+        if method != "none":
+            data = (ref.to(dev), clients, ids)
+            _train(gen, embedding.to(dev), data, kernel, resumed, save, dev, **run)
+    points = [0] if method == "none" else range(0, steps + 1, eval_every)
+    return [(p, store.load(p)) for p in points]
+
+
+def _checkpoints(checkpoint_dir, state, ref, clients, kernel, threads, dev, **run) -> Checkpoints:
+    """The job's checkpoint store, keyed by everything that determines the run."""
+    local_steps = run["local_steps"] if run["method"] == "fedavg" else None
+    return Checkpoints(
+        checkpoint_dir,
+        {
+            "trainer": "finetune_mmd",
+            "method": run["method"],
+            "kernel": kernel.name,
+            "kernel_params": dict(kernel.params),
+            "seed": run["seed"],
+            "steps": run["steps"],
+            "batch_size": run["batch_size"],
+            "lr": run["lr"],
+            "eval_every": run["eval_every"],
+            "local_steps": local_steps,
+            "threads": threads,
+            "device": dev.type,
+            "start": data_digest(*(v.numpy() for v in state["generator"].values())),
+            "reference": data_digest(ref.cpu().numpy(), clients),
+        },
+    )
+
+
+def _train(gen, embedding, data, kernel, resumed, save, dev, *, method, seed, steps, **run):
+    """Fine-tune ``gen`` by ``method`` from the resumed point on the shared latent
+    batches; ``data`` is (reference on ``dev``, client of each row, client ids)."""
+    x, clients, ids = data
+    z, c = latent_batches(
+        seed=seed,
+        steps=steps,
+        batch_size=run["batch_size"],
+        z_dim=gen.z_dim,
+        n_classes=gen.embed.num_embeddings,
+    )
+    batches = [(z[t].to(dev), c[t].to(dev)) for t in range(steps)]
+    objectives, lam = _objectives(method, x, clients, ids, kernel, dev)
+    loop = _fedavg if method == "fedavg" else _server
+    with progress(total=steps, desc=f"mmd {method}", unit="step") as bar:
+        bar.update(int(resumed["point"]))
+        loop(
+            gen,
+            embedding,
+            batches,
+            objectives=objectives,
+            lam=lam,
+            lr=run["lr"],
+            eval_every=run["eval_every"],
+            local_steps=run["local_steps"],
+            resumed=resumed,
+            save=save,
+            bar=bar,
+        )
+
+
+def _check_schedule(method, steps, batch_size, eval_every, local_steps) -> tuple[int, ...]:
+    """``steps, batch_size, eval_every, local_steps`` checked as :func:`finetune_mmd`
+    documents them."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     steps, batch_size = positive_int(steps, "steps"), positive_int(batch_size, "batch_size")
@@ -221,7 +304,11 @@ def finetune_mmd(
             f"eval_every ({eval_every}) must be a multiple of local_steps "
             f"({local_steps}) for fedavg"
         )
-    ref = torch.as_tensor(reference)
+    return steps, batch_size, eval_every, local_steps
+
+
+def _check_clients(ref: torch.Tensor, clients) -> tuple[np.ndarray, np.ndarray]:
+    """The client id of every reference row, ``0..k-1``, and the ids."""
     clients = np.asarray(clients)
     ids = np.unique(clients)
     if clients.shape != (len(ref),) or not np.array_equal(ids, np.arange(len(ids))):
@@ -229,26 +316,11 @@ def finetune_mmd(
             f"clients: expected {len(ref)} client ids 0..k-1, got "
             f"{clients.shape} with ids {ids.tolist()}"
         )
-    dev = training_device(device)
-    store = Checkpoints(
-        checkpoint_dir,
-        {
-            "trainer": "finetune_mmd",
-            "method": method,
-            "kernel": kernel.name,
-            "kernel_params": dict(kernel.params),
-            "seed": seed,
-            "steps": steps,
-            "batch_size": batch_size,
-            "lr": lr,
-            "eval_every": eval_every,
-            "local_steps": local_steps if method == "fedavg" else None,
-            "threads": threads,
-            "device": dev.type,
-            "start": data_digest(*(v.numpy() for v in state["generator"].values())),
-            "reference": data_digest(ref.cpu().numpy(), clients),
-        },
-    )
+    return clients, ids
+
+
+def _saver(store: Checkpoints, state: dict, method: str):
+    """``save(gen, step, **resume)``: a checkpoint of the zoo state at ``step``."""
 
     def save(gen, step, **resume):
         weights = _weights(gen)
@@ -263,51 +335,21 @@ def finetune_mmd(
             {"generator": weights, **resume},
         )
 
-    with training_session(seed, threads, dev):
-        gen = _generator(state, dev)
-        resumed = store.resume()
-        if resumed is None:
-            save(gen, 0)
-            resumed = {"point": 0}
-        else:
-            gen.load_state_dict(resumed["generator"])
-        if method != "none":
-            z, c = latent_batches(
-                seed=seed,
-                steps=steps,
-                batch_size=batch_size,
-                z_dim=gen.z_dim,
-                n_classes=gen.embed.num_embeddings,
-            )
-            batches = [(z[t].to(dev), c[t].to(dev)) for t in range(steps)]
-            x = ref.to(dev)
-            if method == "central":  # one objective on the pool
-                parts, lam = [x], np.ones(1)
-            else:  # each client's own rows only
-                parts = [x[torch.from_numpy(clients == i).to(dev)] for i in ids]
-                lam = client_weights(np.bincount(clients), "size")
-            objectives = [
-                KDObjective(part, np.zeros(len(part), np.int64), kernel, device=dev)
-                for part in parts
-            ]
-            loop = _fedavg if method == "fedavg" else _server
-            with progress(total=steps, desc=f"mmd {method}", unit="step") as bar:
-                bar.update(int(resumed["point"]))
-                loop(
-                    gen,
-                    embedding.to(dev),
-                    batches,
-                    objectives=objectives,
-                    lam=lam,
-                    lr=lr,
-                    eval_every=eval_every,
-                    local_steps=local_steps,
-                    resumed=resumed,
-                    save=save,
-                    bar=bar,
-                )
-    points = [0] if method == "none" else range(0, steps + 1, eval_every)
-    return [(p, store.load(p)) for p in points]
+    return save
+
+
+def _objectives(method, x, clients, ids, kernel, dev) -> tuple[list, np.ndarray]:
+    """The KD objectives (the pool for central, else one per client's own rows) and
+    their weights."""
+    if method == "central":  # one objective on the pool
+        parts, lam = [x], np.ones(1)
+    else:  # each client's own rows only
+        parts = [x[torch.from_numpy(clients == i).to(dev)] for i in ids]
+        lam = client_weights(np.bincount(clients), "size")
+    objectives = [
+        KDObjective(part, np.zeros(len(part), np.int64), kernel, device=dev) for part in parts
+    ]
+    return objectives, lam
 
 
 def _server(gen, embedding, batches, *, objectives, lam, lr, eval_every, resumed, save, bar, **_):

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm
 
-from distrank.zoo import (
+from distrank.zoo import torch_session
+from distrank.zoo.families import (
     LossLog,
     in_batches,
     load_network,
@@ -23,7 +24,6 @@ from distrank.zoo import (
     shuffled_batches,
     to_float,
     to_uint8,
-    torch_session,
     training_labels,
 )
 

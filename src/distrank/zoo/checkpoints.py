@@ -131,6 +131,31 @@ def generate_from_checkpoint(
         as in the EDM paper).
     """
     pkl_path = Path(pkl_path)
+    _check_arguments(pkl_path, n, seed, batch_size, noise_mode, trust_pickles)
+    code_root = find_code_root(code_dir)
+
+    import torch
+
+    from distrank._arrays import resolve_device
+
+    device = resolve_device(device)
+    with upstream_code(code_root):
+        networks = _load_pickle(pkl_path, code_root)
+        options = {"truncation_psi": truncation_psi, "class_idx": class_idx}
+        options |= {"batch_size": batch_size, "noise_mode": noise_mode, "num_steps": num_steps}
+        batches, conditional = _batches(networks, pkl_path, n, seed, device=device, **options)
+        with torch.no_grad():
+            images, labels = zip(*batches)
+    images = np.concatenate(images)
+    if images.ndim != 4 or images.shape[3] not in (1, 3):
+        raise ValueError(
+            f"{pkl_path}: the network made images of shape {images.shape[1:]} "
+            "(NHWC), expected 1 or 3 channels"
+        )
+    return images, np.concatenate(labels) if conditional else None
+
+
+def _check_arguments(pkl_path: Path, n, seed, batch_size, noise_mode, trust_pickles) -> None:
     if not trust_pickles:
         raise UntrustedPickleError(
             f"refusing to load the network pickle {pkl_path}: unpickling it runs code embedded "
@@ -147,46 +172,44 @@ def generate_from_checkpoint(
         )
     if not pkl_path.is_file():
         raise FileNotFoundError(f"network pickle {pkl_path} does not exist")
-    code_root = find_code_root(code_dir)
 
-    import torch
 
-    from distrank._backend import resolve_device
-
-    device = resolve_device(device)
-    with upstream_code(code_root):
-        networks = _load_pickle(pkl_path, code_root)
-        if "G_ema" in networks:
-            net = networks["G_ema"].eval().requires_grad_(False).to(device)
-            _check_class(class_idx, net.c_dim, pkl_path)
-            batches = _stylegan_batches(
-                net, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device
-            )
-            conditional = net.c_dim > 0
-        elif "ema" in networks:
-            if truncation_psi != 1.0:
-                raise ValueError(
-                    f"{pkl_path} is an EDM network, which has no truncation; "
-                    f"truncation_psi must be 1, got {truncation_psi}"
-                )
-            net = networks["ema"].eval().requires_grad_(False).to(device)
-            _check_class(class_idx, net.label_dim, pkl_path)
-            batches = _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device)
-            conditional = net.label_dim > 0
-        else:
-            raise KeyError(
-                f"{pkl_path}: expected a StyleGAN2-ADA ('G_ema') or EDM ('ema') "
-                f"network pickle, found keys {sorted(map(str, networks))}"
-            )
-        with torch.no_grad():
-            images, labels = zip(*batches)
-    images = np.concatenate(images)
-    if images.ndim != 4 or images.shape[3] not in (1, 3):
-        raise ValueError(
-            f"{pkl_path}: the network made images of shape {images.shape[1:]} "
-            "(NHWC), expected 1 or 3 channels"
+def _batches(
+    networks,
+    pkl_path: Path,
+    n,
+    seed,
+    *,
+    truncation_psi,
+    class_idx,
+    batch_size,
+    noise_mode,
+    num_steps,
+    device,
+):
+    """The (images, labels) batches of the pickle's network (a lazy generator), and
+    whether it is conditional."""
+    if "G_ema" in networks:
+        net = networks["G_ema"].eval().requires_grad_(False).to(device)
+        _check_class(class_idx, net.c_dim, pkl_path)
+        batches = _stylegan_batches(
+            net, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device
         )
-    return images, np.concatenate(labels) if conditional else None
+        return batches, net.c_dim > 0
+    if "ema" in networks:
+        if truncation_psi != 1.0:
+            raise ValueError(
+                f"{pkl_path} is an EDM network, which has no truncation; "
+                f"truncation_psi must be 1, got {truncation_psi}"
+            )
+        net = networks["ema"].eval().requires_grad_(False).to(device)
+        _check_class(class_idx, net.label_dim, pkl_path)
+        batches = _edm_batches(net, n, seed, class_idx, batch_size, num_steps, device)
+        return batches, net.label_dim > 0
+    raise KeyError(
+        f"{pkl_path}: expected a StyleGAN2-ADA ('G_ema') or EDM ('ema') "
+        f"network pickle, found keys {sorted(map(str, networks))}"
+    )
 
 
 # ---------------------------------------------------------------------------

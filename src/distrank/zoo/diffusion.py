@@ -43,14 +43,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from distrank.zoo import (
+from distrank.zoo import torch_session
+from distrank.zoo.families import (
     LossLog,
     in_batches,
     sample_labels,
     shuffled_batches,
     to_float,
     to_uint8,
-    torch_session,
     training_labels,
 )
 
@@ -185,20 +185,14 @@ def train_diffusion(
         rng = torch.Generator().manual_seed(seed)
         batches = shuffled_batches(len(x_all), batch_size, rng)
         for step, idx in zip(range(1, steps + 1), batches):
-            x0, y = x_all[idx], y_all[idx].clone()
-            y[torch.rand(batch_size, generator=rng) < p_uncond] = n_classes
-            t = torch.rand(batch_size, generator=rng)
-            eps = torch.randn(x0.shape, generator=rng)
-            alpha, sigma = (a[:, None, None, None] for a in _alpha_sigma(t))
-            loss = F.mse_loss(net(alpha * x0 + sigma * eps, t, y), alpha * eps - sigma * x0)
+            y = y_all[idx].clone()
+            y[torch.rand(batch_size, generator=rng) < p_uncond] = n_classes  # unconditional
+            loss = _v_loss(net, x_all[idx], y, rng)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
-            with torch.no_grad():
-                decay = min(ema_decay, (1 + step) / (10 + step))
-                for p_ema, p in zip(ema.parameters(), net.parameters()):
-                    p_ema.lerp_(p, 1 - decay)
+            _ema_update(ema, net, min(ema_decay, (1 + step) / (10 + step)))
             losses.add(step, loss=loss.item())
     return {
         "family": "diffusion",
@@ -206,6 +200,20 @@ def train_diffusion(
         "generator": ema.state_dict(),
         "history": losses.history,
     }
+
+
+def _v_loss(net: UNet, x0: torch.Tensor, y: torch.Tensor, rng) -> torch.Tensor:
+    """Mean squared error of the network's v-prediction at times and noise drawn from ``rng``."""
+    t = torch.rand(len(x0), generator=rng)
+    eps = torch.randn(x0.shape, generator=rng)
+    alpha, sigma = (a[:, None, None, None] for a in _alpha_sigma(t))
+    return F.mse_loss(net(alpha * x0 + sigma * eps, t, y), alpha * eps - sigma * x0)
+
+
+@torch.no_grad()
+def _ema_update(ema: UNet, net: UNet, decay: float) -> None:
+    for p_ema, p in zip(ema.parameters(), net.parameters()):
+        p_ema.lerp_(p, 1 - decay)
 
 
 @torch.no_grad()

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from distrank.zoo import (
+from distrank.zoo import torch_session
+from distrank.zoo.families import (
     LossLog,
     in_batches,
     load_network,
@@ -23,7 +24,6 @@ from distrank.zoo import (
     sample_labels,
     shuffled_batches,
     to_float,
-    torch_session,
     training_labels,
 )
 

@@ -32,7 +32,7 @@ rule e10_bootstrap_centralized:
         seed=config["seed"],
         device=device("e10_bootstrap_centralized"),
     script:
-        "../../../scripts/e10_bootstrap.py"
+        "../../../scripts/experiment.py"
 
 
 rule E10:

@@ -29,7 +29,7 @@ rule e2_models_centralized:
         classes=config["partitions"][E2_PARTITION].get("classes"),
         seed=config["seed"],
     script:
-        "../../../scripts/e2_models.py"
+        "../../../scripts/experiment.py"
 
 
 rule E2:

@@ -19,7 +19,7 @@ E4_IMAGE_MODELS = [m for m, s in E4_MODELS.items() if s["spec"]["kind"] != SIMUL
 # One job makes every sweep model's images and features (one extractor load).
 rule e4_sweep_models:
     input:
-        **sweep_inputs(E4_SETTINGS, RESULTS, artifact_path),
+        **sweep_inputs(E4_SETTINGS, model_files, f"{RESULTS}/features/heldout.npz"),
     output:
         images=[f"{RESULTS}/E4/images/model_{m}.npz" for m in E4_IMAGE_MODELS],
         features=model_features(E4_MODELS),
@@ -46,7 +46,7 @@ rule e4_sweep_models:
         device=device("e4_sweep_models"),
         trust_pickles=config["trust_pickles"],
     script:
-        "../../../scripts/e4_sweep_models.py"
+        "../../../scripts/experiment.py"
 
 
 rule E4:

@@ -15,7 +15,7 @@ rule e5_train_centralized:
         images=f"{RESULTS}/images/reference.npz",
         manifest=f"{RESULTS}/clients/{E5['partition']}/manifest.csv",
     output:
-        f"{RESULTS}/training/E5/{{run}}.pt",
+        bundle=f"{RESULTS}/training/E5/{{run}}.pt",
     log:
         f"{LOGS}/e5_train_centralized/{{run}}.log",
     benchmark:
@@ -35,7 +35,7 @@ rule e5_train_centralized:
         checkpoint_dir=lambda wc: f"{RESULTS}/training/E5/{wc.run}.resume",
         device=device("e5_train_centralized"),
     script:
-        "../../../scripts/e5_train_centralized.py"
+        "../../../scripts/experiment.py"
 
 
 rule e5_checkpoint_features:

@@ -29,7 +29,7 @@ rule e7_finetune_centralized:
         state=f"{RESULTS}/zoo/cgan.pt",
         manifest=f"{RESULTS}/clients/{E7['partition']}/manifest.csv",
     output:
-        f"{RESULTS}/training/E7/{{method}}.pt",
+        bundle=f"{RESULTS}/training/E7/{{method}}.pt",
     log:
         f"{LOGS}/e7_finetune_centralized/{{method}}.log",
     benchmark:
@@ -49,7 +49,7 @@ rule e7_finetune_centralized:
         checkpoint_dir=lambda wc: f"{RESULTS}/training/E7/{wc.method}.resume",
         device=device("e7_finetune_centralized"),
     script:
-        "../../../scripts/e7_finetune_centralized.py"
+        "../../../scripts/experiment.py"
 
 
 rule e7_checkpoint_features:

@@ -13,7 +13,7 @@ rule e9_kernel_inputs_centralized:
         manifest=f"{RESULTS}/clients/{E9_SETTINGS['partition']}/manifest.csv",
         models=model_features(E9_MODELS),
     output:
-        f"{RESULTS}/E9/kernel_inputs.npz",
+        kernel_inputs=f"{RESULTS}/E9/kernel_inputs.npz",
     log:
         f"{LOGS}/e9_kernel_inputs_centralized.log",
     benchmark:
@@ -31,7 +31,7 @@ rule e9_kernel_inputs_centralized:
         seed=config["seed"],
         device=device("e9_kernel_inputs_centralized"),
     script:
-        "../../../scripts/e9_kernel_inputs.py"
+        "../../../scripts/experiment.py"
 
 
 rule E9:

@@ -5,7 +5,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from distrank.report.figures import (
+from distrank.figures import (
     DOUBLE_COLUMN_IN,
     metric_label,
     metric_name,

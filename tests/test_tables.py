@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from textkit import markdown_tables
 
-from distrank.report.tables import latex_escape, write_table
+from distrank.tables import latex_escape, write_table
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from distrank.report import atomic_write_bytes, output_path
+from distrank._io import atomic_write_bytes, output_path
 
 __all__ = ["write_table", "format_cells", "to_markdown", "to_latex", "latex_escape"]
 
