@@ -159,6 +159,24 @@ def test_the_secure_table_equals_score_within_its_bounds(
         assert ours == theirs
 
 
+def site_integers(sites, models) -> dict[str, np.ndarray]:
+    """Each site's vector as the integers Flower's quantiser makes of it (the plan of
+    the secure runs here: kd and recall, FD shared, d = 6)."""
+    settings = RunSettings.from_run_config(
+        RUN_CONFIG | {"models": "a=/a.npz", "sites": "x,y", "out": "/o.csv", "dtype": "float64"}
+    )
+    options = settings.options | {"metrics": ["kd", "fd", "recall"]}
+    plan = secure.Plan(tuple(models), ("kd", "recall"), True, 6, "size", BOUND, 1000, 0.0)
+    plan = secure.Plan(**(vars(plan) | {"kernel_bound": secure.kernel_bound("poly", {}, 6, BOUND)}))
+    centre = secure.public_centre(models)
+    return {
+        name: np.rint(
+            (secure.encode(secure.site_vector(x, models, options, plan, centre), plan) + 1) * 2**29
+        ).astype(np.int64)
+        for name, x in sites.items()
+    }
+
+
 def test_the_server_sees_masked_vectors_and_the_sum_only(
     tmp_path, files, federation, server_process
 ):
@@ -169,19 +187,7 @@ def test_the_server_sees_masked_vectors_and_the_sum_only(
     sites, models = federation
     grid, _ = run_secure(tmp_path, files, federation)
     node_site = {node: ctx.node_config["site-id"] for node, ctx in grid.contexts.items()}
-    settings = RunSettings.from_run_config(
-        RUN_CONFIG | {"models": "a=/a.npz", "sites": "x,y", "out": "/o.csv", "dtype": "float64"}
-    )
-    options = settings.options | {"metrics": ["kd", "fd", "recall"]}
-    plan = secure.Plan(tuple(models), ("kd", "recall"), True, 6, "size", BOUND, 1000, 0.0)
-    plan = secure.Plan(**(vars(plan) | {"kernel_bound": secure.kernel_bound("poly", {}, 6, BOUND)}))
-    centre = secure.public_centre(models)
-    encoded = {
-        name: np.rint(
-            (secure.encode(secure.site_vector(x, models, options, plan, centre), plan) + 1) * 2**29
-        ).astype(np.int64)
-        for name, x in sites.items()
-    }
+    encoded = site_integers(sites, models)
     by_stage: dict[str, list[Message]] = {}
     for stage, msg in grid.received:
         assert not msg.has_error(), msg.error
