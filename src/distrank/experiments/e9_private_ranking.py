@@ -201,7 +201,7 @@ def write_kernel_inputs(
     torch uses at most ``threads`` threads.
     """
     from distrank.clients import load_manifest
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
     from distrank.metrics.kernels import median_bandwidth
     from distrank.zoo import torch_session
 

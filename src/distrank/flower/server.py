@@ -45,9 +45,24 @@ from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from distrank.flower.messages import SiteReply, decode_reply, encode_request
+from distrank.flower.messages import OPTION_KEYS, SiteReply, decode_reply, encode_request
+from distrank.metrics.options import ScoreOptions
 
 app = ServerApp()
+
+
+def _option_defaults() -> dict[str, object]:
+    """The scoring options' run config keys and defaults: those of ``ScoreOptions``,
+    spelled as TOML keys and values (lists and kernel parameters as text)."""
+    out = {}
+    for name, default in ScoreOptions.defaults().items():
+        if name == "metrics":
+            default = ",".join(default)
+        elif name == "kernel_params":
+            default = ""
+        out[name.replace("_", "-")] = default
+    return out
+
 
 #: the run config keys and their defaults (the app's pyproject.toml declares the same)
 RUN_CONFIG = {
@@ -55,17 +70,7 @@ RUN_CONFIG = {
     "sites": "",
     "out": "",
     "report": "",
-    "metrics": "kd,fd,precision,recall,density,coverage",
-    "kernel": "poly",
-    "kernel-params": "",
-    "kd-estimator": "unbiased",
-    "n-subsets": 100,
-    "subset-size": 1000,
-    "seed": 0,
-    "pr-k": 3,
-    "dc-k": 5,
-    "dtype": "float32",
-    "weights": "size",
+    **_option_defaults(),
     "timeout": 600.0,
 }
 
@@ -82,15 +87,20 @@ class RunSettings:
     sites: list[str]
     out: Path
     report: Path | None
-    options: dict
-    weights: str
+    score_options: ScoreOptions
     timeout: float
+
+    @property
+    def weights(self) -> str:
+        return self.score_options.weights
+
+    @property
+    def options(self) -> dict:
+        """The scoring options a request carries (``messages.OPTION_KEYS``)."""
+        return {k: v for k, v in self.score_options.as_dict().items() if k in OPTION_KEYS}
 
     @classmethod
     def from_run_config(cls, config: Mapping) -> RunSettings:
-        from distrank.clients import WEIGHTS
-        from distrank.metrics.registry import check_metrics
-
         def get(key, kind):
             value = config.get(key, RUN_CONFIG[key])
             if isinstance(value, bool) or not isinstance(value, kind):
@@ -110,24 +120,20 @@ class RunSettings:
         sites = _items(get("sites", str))
         if not sites or len(set(sites)) != len(sites):
             raise ValueError(f"run config: 'sites' needs distinct site ids, got {sites!r}")
-        weights = get("weights", str)
-        if weights not in WEIGHTS:
-            raise ValueError(f"run config: 'weights' must be one of {WEIGHTS}, got {weights!r}")
         timeout = float(get("timeout", (int, float)))
         if not timeout > 0:
             raise ValueError(f"run config: 'timeout' must be positive, got {timeout!r}")
-        options = {
-            "metrics": list(check_metrics(_items(get("metrics", str)))),
-            "kernel": get("kernel", str),
-            "kernel_params": _kernel_params(get("kernel-params", str)),
-            "kd_estimator": get("kd-estimator", str),
-            "n_subsets": get("n-subsets", int),
-            "subset_size": get("subset-size", int),
-            "seed": get("seed", int),
-            "pr_k": get("pr-k", int),
-            "dc_k": get("dc-k", int),
-            "dtype": get("dtype", str),
+        values = {  # of the type of the default: str or int
+            name: get(name.replace("_", "-"), type(default))
+            for name, default in ScoreOptions.defaults().items()
+            if name not in ("metrics", "kernel_params")
         }
+        values["metrics"] = _items(get("metrics", str))
+        values["kernel_params"] = _kernel_params(get("kernel-params", str))
+        try:
+            options = ScoreOptions(**values)
+        except ValueError as err:
+            raise ValueError(f"run config: {err}") from None
         report = get("report", str)
         return cls(
             models,
@@ -135,7 +141,6 @@ class RunSettings:
             _absolute(get("out", str), "out"),
             _absolute(report, "report") if report else None,
             options,
-            weights,
             timeout,
         )
 
@@ -228,7 +233,7 @@ def federated_table(
     """
     from distrank._backend import client_groups
     from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
-    from distrank.metrics.scoring import COLUMNS
+    from distrank.metrics.table import from_rows
 
     if not replies:
         raise ValueError("replies: expected at least one site reply")
@@ -265,14 +270,14 @@ def federated_table(
             if metric != "kd_std":  # a std of the average is not the average of stds
                 rows.append((model, metric, "avg", "", float(lam @ local)))
             rows += [(model, metric, "client", c, float(v)) for c, v in zip(groups.names, local)]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return from_rows(rows)
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Score every model at every site and write the table (and the report page)."""
-    from distrank._io import atomic_path
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
+    from distrank.metrics import table as score_table
 
     settings = RunSettings.from_run_config(context.run_config)
     models = {name: load_features(path) for name, path in settings.models.items()}
@@ -283,8 +288,7 @@ def main(grid: Grid, context: Context) -> None:
         timeout=settings.timeout,
     )
     table = federated_table(replies, models=models, weights=settings.weights)
-    with atomic_path(settings.out) as tmp:
-        table.to_csv(tmp, index=False)
+    score_table.write(table, settings.out, report_meta(replies, settings), "csv")
     log(
         INFO,
         "distrank: wrote %d rows from sites %s to %s",
@@ -308,7 +312,7 @@ def main(grid: Grid, context: Context) -> None:
 def report_meta(replies: Sequence[SiteReply], settings: RunSettings) -> dict:
     """What the report page needs beside the table: the options and each site's n_i."""
     return {
-        "options": {"weights": settings.weights, "kd_estimator": settings.options["kd_estimator"]},
+        "options": settings.score_options.as_dict(),
         "reference": {str(r.site): {"n": r.n} for r in replies},
     }
 

@@ -47,6 +47,7 @@ from distrank._backend import (
     work_dtype,
 )
 from distrank.metrics.kernels import sq_euclidean, sq_norms
+from distrank.metrics.options import ScoreOptions
 from distrank.metrics.registry import PRDC as METRICS
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
@@ -58,10 +59,10 @@ def prdc(
     clients,
     models: Mapping[str, object],
     *,
-    pr_k: int = 3,
-    dc_k: int = 5,
+    pr_k: int = ScoreOptions.pr_k,
+    dc_k: int = ScoreOptions.dc_k,
     metrics: Sequence[str] = METRICS,
-    dtype: str = "float32",
+    dtype: str = ScoreOptions.dtype,
     device=None,
     block_rows: int | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
