@@ -71,7 +71,7 @@ from distrank.metrics import kd as kd_
 from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.scoring import score
-from distrank.metrics.table import COLUMNS
+from distrank.metrics.table import COLUMNS, keyed
 
 #: Aggregations of a score cube, in order: pooled, client average, then each client.
 POOLED, AVERAGE = 0, 1
@@ -219,10 +219,7 @@ class ScoreCube:
     def from_table(cls, table: pd.DataFrame, metrics, models, clients) -> ScoreCube:
         """The cube of one tidy score table (``metrics.score``'s columns)."""
         index = pd.MultiIndex.from_product([metrics, models, ["all", "avg", *clients]])
-        keyed = table.assign(
-            agg=np.where(table.aggregation == "client", table.client, table.aggregation)
-        )
-        values = keyed.set_index(["metric", "model", "agg"]).value.reindex(index)
+        values = keyed(table).reindex(index)
         if values.isna().any():
             raise ValueError(f"scores lack {values[values.isna()].index.tolist()[:3]}")
         shape = (len(metrics), len(models), 2 + len(clients))

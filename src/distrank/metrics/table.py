@@ -49,6 +49,7 @@ __all__ = [
     "flipped_pairs",
     "from_rows",
     "kendall_tau",
+    "keyed",
     "markdown_summary",
     "pivot",
     "rank_agreement",
@@ -115,6 +116,14 @@ def pivot(scores: pd.DataFrame, *, sort: bool = True) -> pd.DataFrame:
     if sort:
         return table.sort_index()
     return table.reindex(list(dict.fromkeys(pooled["model"])))
+
+
+def keyed(scores: pd.DataFrame) -> pd.Series:
+    """The values indexed by (metric, model, key): key ``all``, ``avg`` or, for a
+    ``client`` row, its client's name."""
+    check(scores)
+    key = np.where(scores["aggregation"] == "client", scores["client"], scores["aggregation"])
+    return scores.assign(key=key).set_index(["metric", "model", "key"])["value"]
 
 
 def wide(scores: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
