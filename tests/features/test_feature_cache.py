@@ -221,3 +221,22 @@ def test_extract_batches_matches_extract():
     )
     with pytest.raises(ValueError, match="batch_size"):
         ex.extract(images, batch_size=0)
+
+
+def test_one_reader_names_file_and_key(tmp_path):
+    """load_features is the package's one reader of feature npz files: every problem is
+    an InputError carrying the file and the key."""
+    from distrank._checks import InputError
+
+    path = tmp_path / "x.npz"
+    np.savez(path, features=np.ones((3, 2), np.float32), labels=np.arange(3))
+    np.testing.assert_array_equal(load_features(path), np.ones((3, 2)))
+    np.testing.assert_array_equal(read_array(path, "labels"), np.arange(3))
+    assert read_meta(path) == {}
+    for key, reason in (("labels", "'labels' has shape (3,)"), ("nope", "no 'nope' array")):
+        with pytest.raises(InputError) as err:
+            load_features(path, key)
+        assert (err.value.path, err.value.key) == (path, key)
+        assert str(err.value).startswith(f"{path}: {reason}")
+    with pytest.raises(InputError, match="has dimension 2, but the reference ref.npz has 5"):
+        load_features(path, d=5, d_source="ref.npz")
