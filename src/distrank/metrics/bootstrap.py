@@ -101,7 +101,6 @@ def resampled_kernel_sums(
     """
     if estimator not in ("unbiased", "biased"):
         raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
-    unbiased = estimator == "unbiased"
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
@@ -111,26 +110,10 @@ def resampled_kernel_sums(
     k = int(index.max()) + 1
     sizes = np.bincount(index, minlength=k).astype(np.int64)
     w = torch.as_tensor(np.asarray(reference_counts), dtype=dt, device=dev)
-    n_resamples = w.shape[0]
     rows = [torch.from_numpy(np.flatnonzero(index == c)).to(dev) for c in range(k)]
     xs, ws = [x[r] for r in rows], [w[:, r] for r in rows]
-
-    def self_sums(z, counts):
-        """(within-sample sum, its trace) as ``KernelSums.kd(estimator)`` needs them."""
-        total, trace, copies = _weighted_self_sums(z, counts, kernel, block_size)
-        if not unbiased:
-            return total, trace
-        size = z.shape[0]
-        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
-
-    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
-    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
-    for a in range(k):
-        xx[:, a, a], xx_diag[:, a] = self_sums(xs[a], ws[a])
-        for b in range(a + 1, k):
-            xx[:, a, b] = _weighted_cross_sums(xs[a], ws[a], xs[b], ws[b], kernel, block_size)
-            xx[:, b, a] = xx[:, a, b]
-
+    sums = _SelfSums(kernel, block_size, estimator == "unbiased")
+    xx, xx_diag = _client_sums(xs, ws, sums)
     xy, yy, yy_diag, model_sizes = [], [], [], []
     for y, v in zip(models, model_counts):
         y = torch.as_tensor(y).to(device=dev, dtype=dt)
@@ -143,7 +126,7 @@ def resampled_kernel_sums(
                 dim=1,
             )
         )
-        total, trace = self_sums(y, v)
+        total, trace = sums(y, v)
         yy.append(total)
         yy_diag.append(trace)
         model_sizes.append(y.shape[0])
@@ -161,8 +144,40 @@ def resampled_kernel_sums(
             yy=yy[b],
             yy_diag=yy_diag[b],
         )
-        for b in range(n_resamples)
+        for b in range(w.shape[0])
     ]
+
+
+@dataclass(frozen=True)
+class _SelfSums:
+    """(within-sample sum, its trace) of each resample as ``KernelSums.kd(estimator)``
+    needs them: the V form as drawn, or the U form (module doc)."""
+
+    kernel: Kernel
+    block_size: int
+    unbiased: bool
+
+    def __call__(self, z, counts):
+        total, trace, copies = _weighted_self_sums(z, counts, self.kernel, self.block_size)
+        if not self.unbiased:
+            return total, trace
+        size = z.shape[0]
+        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
+
+
+def _client_sums(xs, ws, sums: _SelfSums) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, k, k) sums between clients' resampled rows and (B, k) their traces."""
+    k, n_resamples, dev = len(xs), ws[0].shape[0], xs[0].device
+    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
+    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
+    for a in range(k):
+        xx[:, a, a], xx_diag[:, a] = sums(xs[a], ws[a])
+        for b in range(a + 1, k):
+            xx[:, a, b] = _weighted_cross_sums(
+                xs[a], ws[a], xs[b], ws[b], sums.kernel, sums.block_size
+            )
+            xx[:, b, a] = xx[:, a, b]
+    return xx, xx_diag
 
 
 def _weighted_self_sums(x, w, kernel, block):
