@@ -3,7 +3,7 @@
 Inputs -> features (:func:`distrank.features.inputs.scoring_inputs`) -> scores
 (``metrics.score``, or ``metrics.privacy.private_scores`` with ``--private``; with
 ``--intervals``, ``metrics.bootstrap.with_intervals``) -> the table's file
-(``metrics.table.write``) and a summary. A new option is one more argument here and
+(``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. A new option is one more argument here and
 one more field of ``ScoreOptions`` (or one more library call).
 """
 
@@ -178,6 +178,7 @@ def score_options(args):
 def run(args) -> int:
     from distrank.features.inputs import scoring_inputs
     from distrank.metrics import table as score_table
+    from distrank.report.summary import summary, write_markdown
 
     if args.private is not None and args.intervals is not None:
         raise InputError("--private and --intervals: intervals of private scores are not offered")
@@ -196,8 +197,12 @@ def run(args) -> int:
             table = intervals(table, inputs, options, meta, args)
     except InputError as err:
         raise inputs.blame(err) from None
-    score_table.write(table, args.out, meta, args.format)
-    print(score_table.summary(table))
+    fmt = args.format or score_table.FORMATS.get(args.out.suffix.lower(), "csv")
+    if fmt == "markdown":
+        write_markdown(table, args.out)
+    else:
+        score_table.write(table, args.out, meta, fmt)
+    print(summary(table))
     print(f"\nwrote {len(table)} rows to {args.out}")
     return EXIT_OK
 

@@ -11,8 +11,9 @@ columns :data:`COLUMNS`:
     client       ``str(label)`` of client i for ``client`` rows, else ``""``
     value        the score
 
-This module reads and writes it (CSV with a ``.meta.json`` sidecar, JSON with
-``meta`` and ``scores``, or a Markdown summary), checks it, pivots it to one row per
+This module reads and writes it (CSV with a ``.meta.json`` sidecar, or JSON with
+``meta`` and ``scores``; its text and Markdown summaries are
+:mod:`distrank.report.summary`'s), checks it, pivots it to one row per
 model with its ``all`` and ``avg`` values (:func:`pivot`, :func:`wide`), and says how
 well the two rankings agree: Kendall's tau-b (:func:`kendall_tau`), the model pairs
 they order oppositely (:func:`discordant_pairs`, :func:`flipped_pairs`) and a table
@@ -50,14 +51,13 @@ __all__ = [
     "from_rows",
     "kendall_tau",
     "keyed",
-    "markdown_summary",
     "pivot",
     "rank_agreement",
     "rank_models",
     "read",
     "score_centralized_file",
     "score_client_file",
-    "summary",
+    "summary_taus",
     "wide",
     "write",
 ]
@@ -266,48 +266,6 @@ def summary_taus(scores: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[in
     return table, taus
 
 
-def summary(scores: pd.DataFrame) -> str:
-    """The all/avg values as a model x metric text table, and Kendall tau per metric."""
-    table, taus = summary_taus(scores)
-    lines = [
-        table.to_string(float_format=lambda v: f"{v:.6g}"),
-        "",
-        "Kendall tau between the 'all' and 'avg' rankings of the models:",
-    ]
-    for metric, (n, tau) in taus.items():
-        text = (
-            "n/a (fewer than 2 models)"
-            if n < 2
-            else "n/a (ties)"
-            if np.isnan(tau)
-            else f"{tau:+.3f}"
-        )
-        lines.append(f"  {metric:<10} {text}")
-    return "\n".join(lines)
-
-
-def markdown_summary(scores: pd.DataFrame) -> str:
-    """All and avg per model, and Kendall tau per metric, as Markdown tables."""
-    from distrank.report.tables import to_markdown
-
-    table, taus = summary_taus(scores)
-    table.columns = [f"{display(m)}_{a}" for m, a in table.columns]
-    parts = [to_markdown(table.reset_index(), caption="all and avg per model", float_format=".6g")]
-    if taus:
-        rows = [
-            {"metric": display(m), "n_models": n, "kendall_tau": tau}
-            for m, (n, tau) in taus.items()
-        ]
-        parts.append(
-            to_markdown(
-                pd.DataFrame(rows),
-                float_format="+.3f",
-                caption="Kendall tau between the all and avg rankings",
-            )
-        )
-    return "\n".join(parts)
-
-
 # ---------------------------------------------------------------------------
 # Files
 
@@ -321,24 +279,23 @@ def meta_path(path: str | os.PathLike) -> Path:
 def write(
     scores: pd.DataFrame, out: str | os.PathLike, meta: Mapping, fmt: str | None = None
 ) -> None:
-    """The table as csv (+ ``<out>.meta.json``), json (``meta`` and ``scores``) or
-    markdown (:func:`markdown_summary`), atomically; ``fmt`` None: from the suffix of
-    ``out`` (:data:`FORMATS`), else csv."""
+    """The table as csv (+ ``<out>.meta.json``) or json (``meta`` and ``scores``),
+    atomically; ``fmt`` None: from the suffix of ``out`` (:data:`FORMATS`), else csv.
+    Its Markdown summary is :func:`distrank.report.summary.write_markdown`'s."""
     out = Path(out)
     fmt = fmt or FORMATS.get(out.suffix.lower(), "csv")
     if fmt == "csv":
         with atomic_path(out) as tmp, atomic_path(meta_path(out)) as tmp_meta:
             scores.to_csv(tmp, index=False)
             tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        return
-    if fmt == "json":
+    elif fmt == "json":
         text = (
             json.dumps({"meta": meta, "scores": scores.to_dict(orient="records")}, indent=2) + "\n"
         )  # rows keep the table's column order
+        with atomic_path(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     else:
-        text = markdown_summary(scores)
-    with atomic_path(out) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        raise ValueError(f"fmt: expected 'csv' or 'json', got {fmt!r}")
 
 
 def read(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
