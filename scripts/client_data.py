@@ -3,7 +3,7 @@
 import numpy as np
 
 from distrank._io import atomic_path, logged
-from distrank.federation import client_features
+from distrank.clients import client_features
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]), atomic_path(sm.output[0]) as tmp:

@@ -1,7 +1,7 @@
 """Snakemake entry point, centralized: D_all needs the pooled reference features."""
 
 from distrank._io import logged
-from distrank.federation import score_centralized_file
+from distrank.metrics.table import score_centralized_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
@@ -10,5 +10,5 @@ with logged(sm.log[0]):
         sm.input.manifest,
         dict(zip(sm.params.models, sm.input.models)),
         sm.output[0],
-        metrics_config=sm.params.metrics,
+        options=sm.params.metrics,
     )

@@ -1,7 +1,7 @@
 """Snakemake entry point, run at a client: every model on this client's features only."""
 
 from distrank._io import logged
-from distrank.federation import score_client_file
+from distrank.metrics.table import score_client_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
@@ -10,5 +10,5 @@ with logged(sm.log[0]):
         dict(zip(sm.params.models, sm.input.models)),
         sm.output[0],
         client=sm.wildcards.client,
-        metrics_config=sm.params.metrics,
+        options=sm.params.metrics,
     )

@@ -13,7 +13,7 @@ import pytest
 from textkit import cli_error, markdown_tables, visible_lines, words
 
 from distrank.cli import EXIT_INPUT, build_parser, main
-from distrank.metrics import score
+from distrank.metrics import ScoreOptions, score
 from distrank.metrics.registry import METRIC_KEYS
 
 
@@ -231,26 +231,15 @@ def test_python_dash_m_distrank_runs_the_cli_and_documents_exit_codes():
 
 
 def test_score_defaults_are_the_librarys():
-    defaults = {
-        name: p.default
-        for name, p in inspect.signature(score).parameters.items()
-        if p.default is not inspect.Parameter.empty
-    }
+    """Every scoring option has an argument whose default is ScoreOptions' (the schema
+    and the Flower run config: tests/metrics/test_options.py)."""
+    defaults = ScoreOptions.defaults()
     args = build_parser("score").parse_args(
         ["score", "--reference", "r.npz", "--model", "a=a.npz", "--out", "s.csv"]
     )
     assert args.metrics == list(defaults["metrics"]) == list(METRIC_KEYS)
-    for name in (
-        "kernel",
-        "kd_estimator",
-        "n_subsets",
-        "subset_size",
-        "seed",
-        "weights",
-        "pr_k",
-        "dc_k",
-        "dtype",
-    ):
+    assert args.kernel_params == [] and defaults["kernel_params"] is None
+    for name in set(ScoreOptions.names()) - {"metrics", "kernel_params"}:
         assert getattr(args, name) == defaults[name], name
     from distrank.features.base import get_extractor
 

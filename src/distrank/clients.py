@@ -280,6 +280,13 @@ def load_manifest(path) -> np.ndarray:
     return rows[:, 1].copy()
 
 
+def client_features(reference_path, manifest_path, client: int) -> np.ndarray:
+    """The rows of a reference feature file that the manifest assigns to ``client``."""
+    from distrank.features.cache import load_features
+
+    return load_features(reference_path)[load_manifest(manifest_path) == client]
+
+
 def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
 

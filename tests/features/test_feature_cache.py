@@ -15,6 +15,8 @@ from distrank.features.cache import (  # noqa: E402
     extract_to_file,
     load_features,
     meta_path,
+    read_array,
+    read_meta,
     requested_metadata,
 )
 
@@ -66,7 +68,7 @@ def test_extract_to_file_writes_features_labels_and_sidecar(image_file, tmp_path
     meta = extract_to_file(
         image_file, out, MeanColour(), batch_size=3, extra_meta={"dataset": "toy", "split": "train"}
     )
-    feats, labels, stored = load_features(out)
+    feats, labels, stored = load_features(out), read_array(out, "labels"), read_meta(out)
     assert feats.shape == (10, 2) and feats.dtype == np.float32
     np.testing.assert_array_equal(labels, np.arange(10) % 3)
     assert stored == meta == json.loads(meta_path(out).read_text())
@@ -96,7 +98,8 @@ def test_labels_absent_stays_absent(tmp_path):
     np.savez(path, images=np.zeros((3, 4, 4, 3), dtype=np.uint8))
     out = tmp_path / "f.npz"
     meta = extract_to_file(path, out, MeanColour())
-    assert load_features(out)[1] is None and meta["labels"] is False
+    with np.load(out) as data:
+        assert "labels" not in data.files and meta["labels"] is False
 
 
 def test_cache_reuses_only_exact_metadata(image_file, tmp_path):
@@ -114,7 +117,7 @@ def test_cache_reuses_only_exact_metadata(image_file, tmp_path):
     feats = cached_features(image_file, out, other, extra_meta={"split": "train"})
     assert other.calls > 0
     np.testing.assert_allclose(feats[:, 1], 2 * feats[:, 0])
-    assert load_features(out)[2]["preprocessing"] == {"gain": 2.0}
+    assert read_meta(out)["preprocessing"] == {"gain": 2.0}
 
     # other extra metadata -> recomputed
     calls = other.calls
@@ -203,7 +206,7 @@ def test_real_extractor_round_trip(lite0_onnx, gray_images, tmp_path):
         path, tmp_path / "f.npz", lite0_onnx, batch_size=4, extra_meta={"source": "test"}
     )
     np.testing.assert_array_equal(feats, lite0_onnx.extract(gray_images, batch_size=4))
-    meta = load_features(tmp_path / "f.npz")[2]
+    meta = read_meta(tmp_path / "f.npz")
     assert (
         meta["extractor"] == "efficientnet_lite0"
         and meta["backend"] == "onnx"
@@ -221,3 +224,22 @@ def test_extract_batches_matches_extract():
     )
     with pytest.raises(ValueError, match=r"^batch_size must be a positive integer"):
         ex.extract(images, batch_size=0)
+
+
+def test_one_reader_names_file_and_key(tmp_path):
+    """load_features is the package's one reader of feature npz files: every problem is
+    an InputError carrying the file and the key."""
+    from distrank._checks import InputError
+
+    path = tmp_path / "x.npz"
+    np.savez(path, features=np.ones((3, 2), np.float32), labels=np.arange(3))
+    np.testing.assert_array_equal(load_features(path), np.ones((3, 2)))
+    np.testing.assert_array_equal(read_array(path, "labels"), np.arange(3))
+    assert read_meta(path) == {}
+    for key, reason in (("labels", "'labels' has shape (3,)"), ("nope", "no 'nope' array")):
+        with pytest.raises(InputError) as err:
+            load_features(path, key)
+        assert (err.value.path, err.value.key) == (path, key)
+        assert str(err.value).startswith(f"{path}: {reason}")
+    with pytest.raises(InputError, match="has dimension 2, but the reference ref.npz has 5"):
+        load_features(path, d=5, d_source="ref.npz")

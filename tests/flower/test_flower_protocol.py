@@ -197,7 +197,7 @@ def test_run_config():
         ({"sites": "x,x"}, "distinct site ids"),
         ({"out": "o.csv"}, "'out' needs an absolute path"),
         ({"metrics": "kd,fid"}, "metrics: expected"),
-        ({"weights": "equal"}, "'weights' must be one of"),
+        ({"weights": "equal"}, "run config: weights: expected one of"),
         ({"timeout": 0}, "'timeout' must be positive"),
         ({"pr-k": 2.5}, "'pr-k' must be int"),
         ({"kernel-params": "bandwidth=wide"}, "NAME=NUMBER"),

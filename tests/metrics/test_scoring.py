@@ -185,3 +185,41 @@ def test_prdc_needs_k_plus_one_rows_per_client():
     clients = np.repeat([0, 1], [7, 3])
     with pytest.raises(ValueError, match=r"client '1' has 3 rows; k=5 nearest neighbours"):
         score(x, clients, {"g": RNG.normal(size=(8, 2))}, metrics=["coverage"])
+
+
+@pytest.mark.parametrize(
+    "change,subject",
+    [
+        ({"reference": np.full((240, D), np.nan)}, ("reference", None)),
+        ({"clients": np.zeros(7)}, ("reference", None)),
+        ({"models": {"g": np.zeros((10, D + 1))}}, ("model", "g")),
+        ({"models": {"g": np.ones((3, D))}, "metrics": ["recall"]}, ("model", "g")),
+        ({"models": {"g": np.ones((1, D))}, "metrics": ["kd"]}, ("model", "g")),
+    ],
+)
+def test_bad_input_carries_its_subject(federation, change, subject):
+    """The error says which input it is about as data (InputError.subject), so a caller
+    that read the input from a file names the file without parsing the message."""
+    from distrank._checks import InputError
+
+    x, clients, models = federation
+    args = {"reference": x, "clients": clients, "models": models} | change
+    reference, clients, models = args.pop("reference"), args.pop("clients"), args.pop("models")
+    with pytest.raises(InputError) as err:
+        score(reference, clients, models, **args)
+    assert err.value.subject == subject
+    assert str(err.value.at("/data/x.npz")) == f"/data/x.npz: {err.value}"
+
+
+def test_a_small_client_is_the_subject_of_its_error():
+    from distrank._checks import InputError
+
+    x = RNG.normal(size=(10, 2))
+    with pytest.raises(InputError) as err:
+        score(
+            x, np.repeat(["a", "b"], [7, 3]), {"g": RNG.normal(size=(8, 2))}, metrics=["coverage"]
+        )
+    assert err.value.subject == ("client", "b")
+    with pytest.raises(ValueError) as err:  # an option is no input
+        score(x, np.repeat(["a", "b"], [7, 3]), {"g": RNG.normal(size=(8, 2))}, pr_k=0)
+    assert not isinstance(err.value, InputError)

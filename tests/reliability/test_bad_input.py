@@ -22,7 +22,8 @@ from distrank import config as config_module
 from distrank.cli import EXIT_INPUT, main
 from distrank.config import check, check_file
 from distrank.data.download import DownloadError, fetch
-from distrank.federation import load_features, score_client_file
+from distrank.features.cache import load_features
+from distrank.metrics.table import score_client_file
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = yaml.safe_load((REPO / "tests/e2e/tiny.yaml").read_text())
@@ -101,10 +102,10 @@ def feature_file(path: Path, kind: str) -> Path:
 
 PIPELINE_ERRORS = {
     "no key": r"m\.npz: no 'features' array \(has \['feats'\]\)",
-    "object array": r"m\.npz: 'features' cannot be read without pickle",
+    "object array": r"m\.npz: cannot read 'features' without pickle",
     "single array": r"m\.npz: expected an npz archive",
-    "nan": r"models\['m'\]: contains NaN or infinite values",
-    "inf": r"models\['m'\]: contains NaN or infinite values",
+    "nan": r"m\.npz: 'features' has NaN or infinite values in 1 rows",
+    "inf": r"m\.npz: 'features' has NaN or infinite values in 1 rows",
 }
 
 
@@ -115,7 +116,7 @@ def test_a_bad_model_feature_file_stops_a_client_job_and_writes_nothing(tmp_path
     model = feature_file(tmp_path / "m.npz", kind)
     out = tmp_path / "scores" / "c0.json"
     with pytest.raises(ValueError, match=PIPELINE_ERRORS[kind]):
-        score_client_file(client, {"m": model}, out, client="c0", metrics_config=METRICS)
+        score_client_file(client, {"m": model}, out, client="c0", options=METRICS)
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
 
 

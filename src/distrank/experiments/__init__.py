@@ -17,10 +17,10 @@ its config section, ``context`` what every experiment may use (``extractor``,
 ``seed``, ``metrics``, ``models``: the names it scores). A pre-step is a rule
 that makes its inputs (E2's feature-space models, E5's training, ...): ``fn(job)``
 gets a :class:`Job`. ``scripts/experiment.py`` runs both (:func:`run_rule`). Pure
-functions do the work; ``run`` and the steps only load and call them. This module also holds the helpers they
-share: a tidy score table (columns ``model, metric, aggregation, client, value``;
-``aggregation`` in ``{"all", "avg", "client"}``) turned into one row per model,
-rankings, and how well the ``avg`` ranking agrees with the ``all`` ranking.
+functions do the work; ``run`` and the steps only load and call them. This module
+also holds the helpers they share, over the tidy score table of
+:mod:`distrank.metrics.table` (whose pivot, rankings and all/avg agreement it
+re-exports): one row per model with its ranks.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ import pandas as pd
 
 from distrank.metrics.ranking import discordant_pairs, rank_models
 from distrank.metrics.registry import HIGHER_IS_BETTER, display
+from distrank.metrics.table import COLUMNS as SCORE_COLUMNS
+from distrank.metrics.table import check as check_scores
+from distrank.metrics.table import rank_agreement
+from distrank.metrics.table import wide as aggregates_wide
 
 __all__ = [
     "EXPERIMENTS",
@@ -56,8 +60,6 @@ __all__ = [
     "discordant_pairs",
     "rank_agreement",
 ]
-
-SCORE_COLUMNS = ("model", "metric", "aggregation", "client", "value")
 
 
 @dataclass
@@ -189,7 +191,7 @@ def labelled(source: Mapping) -> bool:
 
 def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
     """The tidy score table of an experiment's models, from its ``avg`` and ``all`` inputs."""
-    from distrank.federation import collect
+    from distrank.metrics.table import collect
 
     return collect(inputs["avg"], inputs["all"], context["models"])
 
@@ -228,78 +230,6 @@ def run_rule(rule: str, job: Job) -> None:
     if rule not in steps:
         raise ValueError(f"rule {rule!r} is neither an experiment nor a pre-step of one")
     steps[rule](job)
-
-
-def check_scores(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:
-    """Raise ``ValueError`` unless ``scores`` is a tidy score table holding ``metrics``."""
-    if not isinstance(scores, pd.DataFrame):
-        raise TypeError(f"scores must be a pandas DataFrame, got {type(scores).__name__}")
-    missing = [c for c in SCORE_COLUMNS if c not in scores.columns]
-    if missing:
-        raise ValueError(f"scores lacks columns {missing}; expected {list(SCORE_COLUMNS)}")
-    absent = sorted(set(metrics) - set(scores["metric"]))
-    if absent:
-        raise ValueError(
-            f"scores has no rows for metric(s) {absent}; it has {sorted(set(scores['metric']))}"
-        )
-
-
-def aggregates_wide(scores: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """One row per model, columns ``<Metric>_all`` and ``<Metric>_avg``.
-
-    Rows are sorted by model name. Raises if a (model, metric, aggregation) has no
-    value or more than one.
-    """
-    check_scores(scores, metrics)
-    agg = scores[scores["aggregation"].isin(["all", "avg"]) & scores["metric"].isin(metrics)]
-    counts = agg.groupby(["model", "metric", "aggregation"]).size()
-    if (counts > 1).any():
-        raise ValueError(f"duplicate score rows: {counts[counts > 1].index.tolist()}")
-    wide = agg.pivot(index="model", columns=["metric", "aggregation"], values="value")
-    columns = [(m, a) for m in metrics for a in ("all", "avg")]
-    lacking = [c for c in columns if c not in wide.columns]
-    if lacking:
-        raise ValueError(f"scores lack (metric, aggregation) {lacking}")
-    wide = wide[columns]
-    if wide.isna().any().any():
-        holes = wide[wide.isna().any(axis=1)].index.tolist()
-        raise ValueError(f"models {holes} lack an all or avg score")
-    wide.columns = [f"{display(m)}_{a}" for m, a in columns]
-    wide = wide.sort_index().reset_index()
-    wide.columns.name = None
-    return wide
-
-
-def rank_agreement(wide: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Kendall tau-b between the ``avg`` and ``all`` scores of the models, per metric.
-
-    Columns: ``metric`` (display name), ``kendall_tau``, ``p_value``
-    (:func:`scipy.stats.kendalltau`; NaN with fewer than two models or a constant
-    column), ``n_models``, ``rank_flips`` (number of discordant model pairs).
-    """
-    from scipy import stats
-
-    rows = []
-    for metric in metrics:
-        name = display(metric)
-        all_v, avg_v = wide[f"{name}_all"].to_numpy(float), wide[f"{name}_avg"].to_numpy(float)
-        if len(all_v) >= 2:
-            result = stats.kendalltau(avg_v, all_v)
-            tau, p = float(result.statistic), float(result.pvalue)
-        else:
-            tau, p = float("nan"), float("nan")
-        rows.append(
-            {
-                "metric": name,
-                "kendall_tau": tau,
-                "p_value": p,
-                "n_models": len(all_v),
-                "rank_flips": len(discordant_pairs(all_v, avg_v)),
-            }
-        )
-    return pd.DataFrame(
-        rows, columns=["metric", "kendall_tau", "p_value", "n_models", "rank_flips"]
-    )
 
 
 def per_model(

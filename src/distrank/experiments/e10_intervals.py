@@ -82,28 +82,27 @@ def bootstrap_tables(
     reference,
     clients,
     models: Mapping[str, np.ndarray],
+    options=None,
     *,
-    metrics: Sequence[str],
     n_resamples: Mapping[str, int],
     confidence_level: float,
-    seed: int,
-    kernel: str,
-    kd_estimator: str,
-    weights: str,
-    pr_k: int,
-    dc_k: int,
-    dtype: str,
     device=None,
+    **changes,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Intervals of every model pair's difference (``all`` and ``avg``) and of tau.
 
-    KD, FD and the PRDC metrics are bootstrapped separately with
-    ``n_resamples["kd"]``, ``["fd"]``, ``["prdc"]`` resamples (each from
-    ``numpy.random.default_rng(seed)``); the tables are those of
-    :func:`distrank.metrics.bootstrap.pairwise_intervals`, concatenated.
+    ``options`` (:class:`~distrank.metrics.options.ScoreOptions` or a mapping of them,
+    with ``changes``) say what is scored; ``seed`` also seeds the resampling. KD, FD
+    and the PRDC metrics are bootstrapped separately with ``n_resamples["kd"]``,
+    ``["fd"]``, ``["prdc"]`` resamples (each from ``numpy.random.default_rng(seed)``);
+    the tables are those of :func:`distrank.metrics.bootstrap.pairwise_intervals`,
+    concatenated.
     """
     from distrank.metrics.bootstrap import bootstrap_scores, pairwise_intervals, pairwise_summary
+    from distrank.metrics.options import score_options
 
+    opts = score_options(options, **changes)
+    metrics = opts.metrics
     groups = [[m] for m in metrics if m in ("kd", "fd")] + [[m for m in metrics if m in PRDC]]
     pairs, taus = [], []
     for group in (g for g in groups if g):
@@ -112,17 +111,10 @@ def bootstrap_tables(
             reference,
             clients,
             models,
+            opts.replace(metrics=tuple(group)),
             summary=pairwise_summary,
-            metrics=group,
             n_resamples=n_resamples[key],
             confidence_level=confidence_level,
-            seed=seed,
-            kernel=kernel,
-            kd_estimator=kd_estimator,
-            weights=weights,
-            pr_k=pr_k,
-            dc_k=dc_k,
-            dtype=dtype,
             device=device,
         )
         p, t = pairwise_intervals(result)
@@ -148,30 +140,27 @@ def write_bootstrap_tables(
 ) -> None:
     """The centralized pre-step: :func:`bootstrap_tables` of the files, to two CSVs.
 
-    ``metrics_config`` is the config's ``metrics`` section (kernel, kd_estimator,
-    weights, pr_k, dc_k, dtype); torch uses at most ``threads`` threads.
+    ``metrics_config`` is the config's ``metrics`` section (the scoring options;
+    ``metrics`` and ``seed`` replace its own); torch uses at most ``threads`` threads.
     """
     from distrank.clients import UNASSIGNED, load_manifest
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
+    from distrank.metrics.options import score_options
     from distrank.zoo import torch_session
 
+    options = score_options(metrics_config, metrics=tuple(metrics), seed=seed)
     owner = load_manifest(manifest_path)
     pooled = owner != UNASSIGNED
     models = {name: load_features(path) for name, path in model_paths.items()}
-    options = {
-        k: metrics_config[k] for k in ("kernel", "kd_estimator", "weights", "pr_k", "dc_k", "dtype")
-    }
     with torch_session(seed, threads):
         pairs, tau = bootstrap_tables(
             load_features(reference_path)[pooled],
             owner[pooled],
             models,
-            metrics=metrics,
+            options,
             n_resamples=n_resamples,
             confidence_level=confidence_level,
-            seed=seed,
             device=device,
-            **options,
         )
     for table, path in ((pairs, pairs_path), (tau, tau_path)):
         with atomic_open(path, "w") as f:

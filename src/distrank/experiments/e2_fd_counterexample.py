@@ -96,7 +96,7 @@ def write_models(
     clients' classes when both are known; G2 is :func:`construct_g2` from the pooled
     client features."""
     from distrank._io import atomic_path
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
 
     parts = [load_features(p) for p in client_paths]
     reference = np.concatenate(parts)

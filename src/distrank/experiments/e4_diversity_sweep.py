@@ -167,8 +167,7 @@ def write_sweep(
     from distrank._io import atomic_path
     from distrank.data.images import save_images
     from distrank.features import extractor_from_config
-    from distrank.features.cache import extract_to_file
-    from distrank.federation import load_features
+    from distrank.features.cache import extract_to_file, load_features, read_array
 
     extractor = None
     states = {}
@@ -177,7 +176,7 @@ def write_sweep(
         kind = spec["kind"]
         if kind == SIMULATED:
             x = load_features(inputs["heldout_features"])
-            labels = load_features(inputs["heldout_features"], key="labels")
+            labels = read_array(inputs["heldout_features"], key="labels")
             if classes is not None:
                 keep = np.isin(labels, classes)
                 x, labels = x[keep], labels[keep]

@@ -98,7 +98,7 @@ def finetune(
 
     from distrank.clients import UNASSIGNED, load_manifest
     from distrank.data.images import load_images
-    from distrank.features.cache import load_features
+    from distrank.features.cache import load_features, read_meta
     from distrank.metrics.kernels import make_kernel, median_bandwidth
     from distrank.training.evaluate import save_bundle
     from distrank.training.mmd import Lite0Embedding, embed_reference, finetune_mmd
@@ -110,11 +110,11 @@ def finetune(
         raise ValueError("give one of reference_features and reference_images")
     embedding = Lite0Embedding()
     if reference_features is not None:
-        reference, _, meta = load_features(reference_features)
+        reference, meta = load_features(reference_features), read_meta(reference_features)
         wanted = embedding.preprocessing.to_dict()
-        if meta["extractor"] != "efficientnet_lite0" or meta["preprocessing"] != wanted:
+        if meta.get("extractor") != "efficientnet_lite0" or meta.get("preprocessing") != wanted:
             raise ValueError(
-                f"{reference_features}: features of {meta['extractor']} with "
+                f"{reference_features}: features of {meta.get('extractor')} with "
                 "another preprocessing than the loss's EfficientNet-Lite0"
             )
         reference = torch.from_numpy(reference)

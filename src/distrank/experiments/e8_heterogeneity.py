@@ -318,7 +318,8 @@ _STYLES = [
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
+    from distrank.metrics.options import score_options
     from distrank.metrics.reaggregate import score_partitions
 
     with np.load(inputs["reference"], allow_pickle=False) as ref:
@@ -348,17 +349,11 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     unique = {}
     for name, clients in parts.items():
         unique.setdefault(clients.tobytes(), name)
-    options = {
-        k: context["metrics"][k]
-        for k in ("kernel", "kd_estimator", "weights", "pr_k", "dc_k", "dtype")
-    }
     scores = score_partitions(
         reference,
         {name: parts[name] for name in unique.values()},
         models,
-        metrics=METRIC_KEYS,
-        seed=context["seed"],
-        **options,
+        score_options(context["metrics"], seed=context["seed"]),
     )
     alias = {name: unique[clients.tobytes()] for name, clients in parts.items()}
     scores = pd.concat(

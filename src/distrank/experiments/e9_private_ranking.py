@@ -78,14 +78,17 @@ def check(settings: Mapping, config: Mapping) -> None:
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
+    from distrank.metrics.options import score_options
+
+    options = score_options(context["metrics"])  # the study's scoring options
     kd_inputs = read_kernel_inputs(inputs["kernel_inputs"])
     table = e9_table(
         kd_inputs,
         epsilons=settings["epsilons"],
         delta=settings["delta"],
         n_draws=settings["n_draws"],
-        estimator=context["metrics"]["kd_estimator"],
-        weights=context["metrics"]["weights"],
+        estimator=options.kd_estimator,
+        weights=options.weights,
         seed=context["seed"],
     )
     return Outputs({"": table}, {"": e9_figure(table)})
@@ -201,7 +204,7 @@ def write_kernel_inputs(
     torch uses at most ``threads`` threads.
     """
     from distrank.clients import load_manifest
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
     from distrank.metrics.kernels import median_bandwidth
     from distrank.zoo import torch_session
 

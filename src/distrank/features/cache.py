@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from distrank._checks import InputError
 from distrank._io import atomic_open, file_digest, text_digest
 from distrank._progress import progress
 
@@ -42,6 +43,8 @@ __all__ = [
     "input_metadata",
     "load_features",
     "meta_path",
+    "read_array",
+    "read_meta",
     "requested_metadata",
     "write_features",
 ]
@@ -206,14 +209,63 @@ def write_features(out_npz: Path, arrays: dict[str, np.ndarray], meta: dict) -> 
         handle.write(text)
 
 
-def load_features(out_npz: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None, dict]:
-    """(features, labels or None, metadata) of a feature file."""
-    out_npz = Path(out_npz)
-    with np.load(out_npz, allow_pickle=False) as data:
-        features = data["features"]
-        labels = data["labels"] if "labels" in data.files else None
-    meta = json.loads(meta_path(out_npz).read_text(encoding="utf-8"))
-    return features, labels, meta
+def read_array(path: str | os.PathLike, key: str = "features") -> np.ndarray:
+    """The array ``key`` of an npz file, never unpickled; a missing or unreadable file,
+    a single array, a missing key or an object array raise
+    :class:`~distrank._checks.InputError` naming the file and the key."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError("no such file", path=path) from None
+    except (ValueError, OSError, EOFError) as err:
+        raise InputError(f"not a readable npz archive ({err})", path=path) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise InputError("expected an npz archive, got a single array", path=path)
+    with archive:
+        if key not in archive.files:
+            raise InputError(f"no {key!r} array (has {sorted(archive.files)})", path=path, key=key)
+        try:
+            return archive[key]
+        except ValueError as err:  # e.g. an object array, which would need pickle
+            raise InputError(
+                f"cannot read {key!r} without pickle ({err})", path=path, key=key
+            ) from None
+
+
+def load_features(
+    path: str | os.PathLike, key: str = "features", *, d: int | None = None, d_source=None
+) -> np.ndarray:
+    """The feature matrix ``key`` (non-empty, numeric, finite (rows, d)) of an npz file
+    (:func:`read_array`); ``d`` is the dimension it must have, that of ``d_source``.
+    Every problem is an :class:`~distrank._checks.InputError` naming file and key."""
+    x = read_array(path, key)
+    if x.ndim != 2 or 0 in x.shape:
+        raise InputError(
+            f"{key!r} has shape {x.shape}; expected non-empty (rows, d)", path=path, key=key
+        )
+    if x.dtype.kind not in "iuf":
+        raise InputError(f"{key!r} must be numeric, got {x.dtype}", path=path, key=key)
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        bad = int((~np.isfinite(x)).any(axis=1).sum())
+        raise InputError(f"{key!r} has NaN or infinite values in {bad} rows", path=path, key=key)
+    if d is not None and x.shape[1] != d:
+        raise InputError(
+            f"{key!r} has dimension {x.shape[1]}, but the reference {d_source} has {d}",
+            path=path,
+            key=key,
+        )
+    return x
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """The metadata sidecar of a feature file (:func:`meta_path`), {} when it has none."""
+    sidecar = meta_path(path)
+    if not sidecar.is_file():
+        return {}
+    try:
+        return json.loads(sidecar.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise InputError(f"not valid JSON ({err})", path=sidecar) from None
 
 
 def _reusable(out_npz: Path, wanted: dict) -> bool:
@@ -248,7 +300,7 @@ def cached_features(
     wanted = requested_metadata(images_npz, extractor, extra_meta)
     if not _reusable(out_npz, wanted):
         _extract(images_npz, out_npz, extractor, wanted, batch_size)
-    return load_features(out_npz)[0]
+    return read_array(out_npz)
 
 
 def cached_input_features(
@@ -286,7 +338,7 @@ def cached_input_features(
                 features[rows] = extractor.forward_batch(images)
                 bar.update(len(rows))
         write_features(out_npz, {"features": features}, wanted)
-    return load_features(out_npz)[0], wanted
+    return read_array(out_npz), wanted
 
 
 def cache_file(cache_dir: str | os.PathLike, meta: dict) -> Path:

@@ -337,7 +337,7 @@ def encode(vector: np.ndarray, plan: Plan) -> np.ndarray:
 def prepare(site, content: RecordDict, state: RecordDict) -> RecordDict:
     """Round 1 at a site (a ``SiteConfig``): compute, check and keep its encoded vector in
     ``state`` (it stays on the site); reply only the site id, whether it joins FD, or an error."""
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
 
     try:
         models, options, _ = decode_request(content)
@@ -399,7 +399,7 @@ def decode_ready(reply: Message) -> Ready:
 def main(grid: Grid, context: Context) -> None:
     """Secure mode's ServerApp body: the table (and its bounds) from the secure sum."""
     from distrank._io import atomic_path
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
     from distrank.flower.server import FederationError, RunSettings, gather
 
     settings = RunSettings.from_run_config(context.run_config)

@@ -47,9 +47,24 @@ from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
-from distrank.flower.messages import SiteReply, decode_reply, encode_request
+from distrank.flower.messages import OPTION_KEYS, SiteReply, decode_reply, encode_request
+from distrank.metrics.options import ScoreOptions
 
 app = ServerApp()
+
+
+def _option_defaults() -> dict[str, object]:
+    """The scoring options' run config keys and defaults: those of ``ScoreOptions``,
+    spelled as TOML keys and values (lists and kernel parameters as text)."""
+    out = {}
+    for name, default in ScoreOptions.defaults().items():
+        if name == "metrics":
+            default = ",".join(default)
+        elif name == "kernel_params":
+            default = ""
+        out[name.replace("_", "-")] = default
+    return out
+
 
 #: the run config keys and their defaults (the app's pyproject.toml declares the same)
 RUN_CONFIG = {
@@ -57,17 +72,7 @@ RUN_CONFIG = {
     "sites": "",
     "out": "",
     "report": "",
-    "metrics": "kd,fd,precision,recall,density,coverage",
-    "kernel": "poly",
-    "kernel-params": "",
-    "kd-estimator": "unbiased",
-    "n-subsets": 100,
-    "subset-size": 1000,
-    "seed": 0,
-    "pr-k": 3,
-    "dc-k": 5,
-    "dtype": "float32",
-    "weights": "size",
+    **_option_defaults(),
     "timeout": 600.0,
 }
 
@@ -84,15 +89,20 @@ class RunSettings:
     sites: list[str]
     out: Path
     report: Path | None
-    options: dict
-    weights: str
+    score_options: ScoreOptions
     timeout: float
+
+    @property
+    def weights(self) -> str:
+        return self.score_options.weights
+
+    @property
+    def options(self) -> dict:
+        """The scoring options a request carries (``messages.OPTION_KEYS``)."""
+        return {k: v for k, v in self.score_options.as_dict().items() if k in OPTION_KEYS}
 
     @classmethod
     def from_run_config(cls, config: Mapping) -> RunSettings:
-        from distrank.clients import WEIGHTS
-        from distrank.metrics.registry import check_metrics
-
         def get(key, kind):
             value = config.get(key, RUN_CONFIG[key])
             if isinstance(value, bool) or not isinstance(value, kind):
@@ -112,24 +122,20 @@ class RunSettings:
         sites = _items(get("sites", str))
         if not sites or len(set(sites)) != len(sites):
             raise ValueError(f"run config: 'sites' needs distinct site ids, got {sites!r}")
-        weights = get("weights", str)
-        if weights not in WEIGHTS:
-            raise ValueError(f"run config: 'weights' must be one of {WEIGHTS}, got {weights!r}")
         timeout = float(get("timeout", (int, float)))
         if not timeout > 0:
             raise ValueError(f"run config: 'timeout' must be positive, got {timeout!r}")
-        options = {
-            "metrics": list(check_metrics(_items(get("metrics", str)))),
-            "kernel": get("kernel", str),
-            "kernel_params": _kernel_params(get("kernel-params", str)),
-            "kd_estimator": get("kd-estimator", str),
-            "n_subsets": get("n-subsets", int),
-            "subset_size": get("subset-size", int),
-            "seed": get("seed", int),
-            "pr_k": get("pr-k", int),
-            "dc_k": get("dc-k", int),
-            "dtype": get("dtype", str),
+        values = {  # of the type of the default: str or int
+            name: get(name.replace("_", "-"), type(default))
+            for name, default in ScoreOptions.defaults().items()
+            if name not in ("metrics", "kernel_params")
         }
+        values["metrics"] = _items(get("metrics", str))
+        values["kernel_params"] = _kernel_params(get("kernel-params", str))
+        try:
+            options = ScoreOptions(**values)
+        except ValueError as err:
+            raise ValueError(f"run config: {err}") from None
         report = get("report", str)
         return cls(
             models,
@@ -137,7 +143,6 @@ class RunSettings:
             _absolute(get("out", str), "out"),
             _absolute(report, "report") if report else None,
             options,
-            weights,
             timeout,
         )
 
@@ -242,8 +247,7 @@ def federated_table(
     generated features, name -> (m, d)) is given. ``kd_std`` has no ``avg``.
     """
     from distrank.clients import client_groups
-    from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
-    from distrank.metrics.scoring import COLUMNS
+    from distrank.metrics.table import from_rows
 
     if not replies:
         raise ValueError("replies: expected at least one site reply")
@@ -255,22 +259,9 @@ def federated_table(
     by_name = {str(r.site): r for r in replies}
     ordered = [by_name[name] for name in groups.names]
     lam = groups.weights(weights)
-    first = ordered[0].scores
-    for r in ordered[1:]:
-        if {m: list(v) for m, v in r.scores.items()} != {m: list(v) for m, v in first.items()}:
-            raise ValueError(
-                f"replies: site {r.site!r} scored other models or metrics than "
-                f"site {ordered[0].site!r}"
-            )
-    pooled_fd = {}
+    first = _same_scores(ordered)
     metrics = list(next(iter(first.values())))
-    if "fd" in metrics and models is not None and all(r.stats is not None for r in ordered):
-        names = list(first)
-        model_stats = [gaussian_stats(models[name], device=device) for name in names]
-        fd = frechet_distances([pool_stats([r.stats for r in ordered])], model_stats, device=device)
-        pooled_fd = dict(zip(names, fd[0].tolist()))
-    elif "fd" in metrics and (without := [r.site for r in ordered if r.stats is None]):
-        log(WARNING, "distrank: no FD_all: site(s) %s did not share statistics", without)
+    pooled_fd = _pooled_fd(ordered, models, device) if "fd" in metrics else {}
     rows = []
     for model in first:
         for metric in metrics:
@@ -280,14 +271,40 @@ def federated_table(
             if metric != "kd_std":  # a std of the average is not the average of stds
                 rows.append((model, metric, "avg", "", float(lam @ local)))
             rows += [(model, metric, "client", c, float(v)) for c, v in zip(groups.names, local)]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return from_rows(rows)
+
+
+def _same_scores(ordered: Sequence[SiteReply]) -> dict:
+    """The first site's scores, once every site is seen to score the same models and metrics."""
+    first = ordered[0].scores
+    for r in ordered[1:]:
+        if {m: list(v) for m, v in r.scores.items()} != {m: list(v) for m, v in first.items()}:
+            raise ValueError(
+                f"replies: site {r.site!r} scored other models or metrics than "
+                f"site {ordered[0].site!r}"
+            )
+    return first
+
+
+def _pooled_fd(ordered: Sequence[SiteReply], models: Mapping | None, device) -> dict:
+    """FD_all of every model from the pooled statistics, when every site shared them."""
+    from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
+
+    if models is None or any(r.stats is None for r in ordered):
+        if without := [r.site for r in ordered if r.stats is None]:
+            log(WARNING, "distrank: no FD_all: site(s) %s did not share statistics", without)
+        return {}
+    names = list(ordered[0].scores)
+    model_stats = [gaussian_stats(models[name], device=device) for name in names]
+    fd = frechet_distances([pool_stats([r.stats for r in ordered])], model_stats, device=device)
+    return dict(zip(names, fd[0].tolist()))
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Score every model at every site and write the table (and the report page)."""
-    from distrank._io import atomic_path
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
+    from distrank.metrics import table as score_table
 
     if context.run_config.get("secure", False):  # the sum of the sites' vectors only
         from distrank.flower import secure
@@ -304,8 +321,7 @@ def main(grid: Grid, context: Context) -> None:
         timeout=settings.timeout,
     )
     table = federated_table(replies, models=models, weights=settings.weights)
-    with atomic_path(settings.out) as tmp:
-        table.to_csv(tmp, index=False)
+    score_table.write(table, settings.out, report_meta(replies, settings), "csv")
     log(
         INFO,
         "distrank: wrote %d rows from sites %s to %s",
@@ -329,7 +345,7 @@ def main(grid: Grid, context: Context) -> None:
 def report_meta(replies: Sequence[SiteReply], settings: RunSettings) -> dict:
     """What the report page needs beside the table: the options and each site's n_i."""
     return {
-        "options": {"weights": settings.weights, "kd_estimator": settings.options["kd_estimator"]},
+        "options": settings.score_options.as_dict(),
         "reference": {str(r.site): {"n": r.n} for r in replies},
     }
 

@@ -70,14 +70,14 @@ class SiteConfig:
 def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
     """The reply content to ``request``: scores (and statistics, if allowed), or the
     error that prevented them (a bad request, an unreadable file, too few rows)."""
-    from distrank.federation import load_features
+    from distrank.features.cache import load_features
     from distrank.metrics import score_client
     from distrank.metrics.fd import gaussian_stats
 
     try:
         models, options, want_stats = decode_request(request)
         x = load_features(site.features)
-        scores = score_client(x, models, device=site.device, **options)
+        scores = score_client(x, models, options, device=site.device)
         stats = gaussian_stats(x, device=site.device) if want_stats and site.share_stats else None
     except (ValueError, OSError) as err:
         return encode_error(site.site, f"{type(err).__name__}: {err}")

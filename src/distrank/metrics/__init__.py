@@ -2,8 +2,9 @@
 
 KD (``kd``), FD (``fd``) and Precision/Recall/Density/Coverage (``prdc``), each for
 the pooled reference (D_all) and per client (averaged into D_avg), combined into
-one tidy table by ``score``. ``registry`` names them (torch-free); everything else
-imports torch on first use.
+one tidy table (``table``) by ``score``, whose options are one ``ScoreOptions``
+(``options``). ``registry`` names them (torch-free); everything else imports torch
+on first use.
 """
 
 from distrank._lazy import lazy_getattr
@@ -23,6 +24,8 @@ _LAZY = {
     "Kernel": "kernels",
     "make_kernel": "kernels",
     "median_bandwidth": "kernels",
+    "ScoreOptions": "options",
+    "score_options": "options",
     "prdc": "prdc",
     "client_scores": "scoring",
     "score": "scoring",

@@ -60,12 +60,13 @@ import torch
 from scipy import stats
 
 from distrank._arrays import as_features, resolve_device, work_dtype
-from distrank._checks import positive_int
-from distrank.clients import client_groups
+from distrank._checks import about, positive_int
+from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
-from distrank.metrics.registry import METRIC_KEYS, check_metrics
+from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.scoring import score
+from distrank.metrics.table import COLUMNS, keyed
 
 #: Aggregations of a score cube, in order: pooled, client average, then each client.
 POOLED, AVERAGE = 0, 1
@@ -95,7 +96,6 @@ def resampled_kernel_sums(
     """
     if estimator not in ("unbiased", "biased"):
         raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
-    unbiased = estimator == "unbiased"
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
@@ -105,26 +105,10 @@ def resampled_kernel_sums(
     k = int(index.max()) + 1
     sizes = np.bincount(index, minlength=k).astype(np.int64)
     w = torch.as_tensor(np.asarray(reference_counts), dtype=dt, device=dev)
-    n_resamples = w.shape[0]
     rows = [torch.from_numpy(np.flatnonzero(index == c)).to(dev) for c in range(k)]
     xs, ws = [x[r] for r in rows], [w[:, r] for r in rows]
-
-    def self_sums(z, counts):
-        """(within-sample sum, its trace) as ``KernelSums.kd(estimator)`` needs them."""
-        total, trace, copies = _weighted_self_sums(z, counts, kernel, block_size)
-        if not unbiased:
-            return total, trace
-        size = z.shape[0]
-        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
-
-    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
-    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
-    for a in range(k):
-        xx[:, a, a], xx_diag[:, a] = self_sums(xs[a], ws[a])
-        for b in range(a + 1, k):
-            xx[:, a, b] = _weighted_cross_sums(xs[a], ws[a], xs[b], ws[b], kernel, block_size)
-            xx[:, b, a] = xx[:, a, b]
-
+    sums = _SelfSums(kernel, block_size, estimator == "unbiased")
+    xx, xx_diag = _client_sums(xs, ws, sums)
     xy, yy, yy_diag, model_sizes = [], [], [], []
     for y, v in zip(models, model_counts):
         y = torch.as_tensor(y).to(device=dev, dtype=dt)
@@ -137,7 +121,7 @@ def resampled_kernel_sums(
                 dim=1,
             )
         )
-        total, trace = self_sums(y, v)
+        total, trace = sums(y, v)
         yy.append(total)
         yy_diag.append(trace)
         model_sizes.append(y.shape[0])
@@ -155,8 +139,40 @@ def resampled_kernel_sums(
             yy=yy[b],
             yy_diag=yy_diag[b],
         )
-        for b in range(n_resamples)
+        for b in range(w.shape[0])
     ]
+
+
+@dataclass(frozen=True)
+class _SelfSums:
+    """(within-sample sum, its trace) of each resample as ``KernelSums.kd(estimator)``
+    needs them: the V form as drawn, or the U form (module doc)."""
+
+    kernel: Kernel
+    block_size: int
+    unbiased: bool
+
+    def __call__(self, z, counts):
+        total, trace, copies = _weighted_self_sums(z, counts, self.kernel, self.block_size)
+        if not self.unbiased:
+            return total, trace
+        size = z.shape[0]
+        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
+
+
+def _client_sums(xs, ws, sums: _SelfSums) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, k, k) sums between clients' resampled rows and (B, k) their traces."""
+    k, n_resamples, dev = len(xs), ws[0].shape[0], xs[0].device
+    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
+    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
+    for a in range(k):
+        xx[:, a, a], xx_diag[:, a] = sums(xs[a], ws[a])
+        for b in range(a + 1, k):
+            xx[:, a, b] = _weighted_cross_sums(
+                xs[a], ws[a], xs[b], ws[b], sums.kernel, sums.block_size
+            )
+            xx[:, b, a] = xx[:, a, b]
+    return xx, xx_diag
 
 
 def _weighted_self_sums(x, w, kernel, block):
@@ -213,10 +229,7 @@ class ScoreCube:
     def from_table(cls, table: pd.DataFrame, metrics, models, clients) -> ScoreCube:
         """The cube of one tidy score table (``metrics.score``'s columns)."""
         index = pd.MultiIndex.from_product([metrics, models, ["all", "avg", *clients]])
-        keyed = table.assign(
-            agg=np.where(table.aggregation == "client", table.client, table.aggregation)
-        )
-        values = keyed.set_index(["metric", "model", "agg"]).value.reindex(index)
+        values = keyed(table).reindex(index)
         if values.isna().any():
             raise ValueError(f"scores lack {values[values.isna()].index.tolist()[:3]}")
         shape = (len(metrics), len(models), 2 + len(clients))
@@ -246,123 +259,171 @@ def bootstrap_scores(
     reference,
     clients,
     models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
     *,
     summary: Callable[[np.ndarray], np.ndarray],
-    metrics: Sequence[str] = METRIC_KEYS,
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
-    seed: int = 0,
     batch: int | None = None,
-    kernel: str = "poly",
-    kernel_params=None,
-    kd_estimator: str = "unbiased",
-    weights: str = "size",
-    pr_k: int = 3,
-    dc_k: int = 5,
-    dtype: str = "float32",
     device=None,
     block_size: int = kd_.BLOCK_SIZE,
+    **changes,
 ) -> BootstrapScores:
     """Percentile intervals of ``summary`` of the score cube, over bootstrap resamples.
 
     ``summary`` maps cube values (batch, n_metrics, M, 2 + k) to statistics
     (n_statistics, batch) (see :func:`pairwise_summary`, :func:`flat_summary`).
-    Resamples come from ``scipy.stats.bootstrap(rng=seed)`` (module doc), ``batch``
-    at a time (memory: batch x (n + sum m) counts; KD re-forms the kernel blocks
-    once per batch). KD (U or V) is re-weighted; FD and PRDC are scored afresh on
-    each resample with ``metrics.score`` (seconds each at n = 5000). Other
-    arguments are those of ``metrics.score``; an rbf/laplace bandwidth not given
-    is the median heuristic on the pooled reference, fixed for every resample.
+    Resamples come from ``scipy.stats.bootstrap(rng=seed)`` (module doc; ``seed`` of
+    the options), ``batch`` at a time (memory: batch x (n + sum m) counts; KD
+    re-forms the kernel blocks once per batch). KD (U or V) is re-weighted; FD and
+    PRDC are scored afresh on each resample with ``metrics.score`` (seconds each at
+    n = 5000). ``options``, ``changes``, ``device`` and ``block_size`` are those of
+    ``metrics.score``; an rbf/laplace bandwidth not given is the median heuristic on
+    the pooled reference, fixed for every resample.
     """
-    wanted = check_metrics(metrics)
+    opts = score_options(options, **changes)
     n_resamples = positive_int(n_resamples, "n_resamples")
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level: expected a number in (0, 1), got {confidence_level!r}")
-    if "kd" in wanted and kd_estimator not in ("unbiased", "biased"):
+    if "kd" in opts.metrics and opts.kd_estimator not in ("unbiased", "biased"):
         raise ValueError(
-            f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got {kd_estimator!r}"
+            f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got {opts.kd_estimator!r}"
         )
-    x = as_features(reference, "reference")
-    groups = client_groups(clients, x.shape[0])
-    ys = {str(g): as_features(y, f"models[{g!r}]") for g, y in models.items()}
-    if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
-        kernel_params = {
-            **(kernel_params or {}),
-            "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed),
-        }
-    options = dict(
-        kernel=kernel,
-        kernel_params=kernel_params,
-        kd_estimator=kd_estimator,
-        weights=weights,
-        pr_k=pr_k,
-        dc_k=dc_k,
-        dtype=dtype,
-        device=device,
-        block_size=block_size,
-        seed=seed,
-    )
-    point = ScoreCube.from_table(
-        score(x, clients, ys, metrics=wanted, **options), wanted, tuple(ys), tuple(groups.names)
-    )
-    rows = [groups.rows(c) for c in range(len(groups.sizes))]
-    labels = np.asarray(clients)
-    lam = groups.weights(weights)
-    kern = make_kernel(kernel, kernel_params, x.shape[1]) if "kd" in wanted else None
-    others = [m for m in wanted if m != "kd"]
-
-    def statistic(*samples, axis=-1):
-        client_draws, model_draws = samples[: len(rows)], samples[len(rows) :]
-        batch_size = client_draws[0].shape[0]
-        values = np.empty((batch_size,) + point.values.shape)
-        if kern is not None:
-            counts = np.zeros((batch_size, x.shape[0]), dtype=np.int64)
-            for r, draws in zip(rows, client_draws):
-                counts[:, r] = row_counts(draws, len(r))
-            sums = resampled_kernel_sums(
-                x,
-                groups.index,
-                list(ys.values()),
-                kern,
-                counts,
-                [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys.values())],
-                estimator=kd_estimator,
-                dtype=dtype,
-                device=device,
-                block_size=block_size,
-            )
-            for b, s in enumerate(sums):
-                per_client, pooled = s.kd(kd_estimator)
-                values[b, wanted.index("kd")] = np.column_stack(
-                    [pooled, per_client @ lam, per_client]
-                )
-        for b in range(batch_size) if others else ():
-            picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
-            table = score(
-                x[torch.from_numpy(picked)],
-                labels[picked],
-                {g: y[torch.from_numpy(d[b])] for (g, y), d in zip(ys.items(), model_draws)},
-                metrics=others,
-                **options,
-            )
-            cube = ScoreCube.from_table(table, others, point.models, point.clients)
-            values[b, [wanted.index(m) for m in others]] = cube.values
-        return summary(values)
-
-    data = [np.arange(len(r)) for r in rows] + [np.arange(y.shape[0]) for y in ys.values()]
+    resampler = _Resampler.of(reference, clients, models, opts, device, block_size)
     with warnings.catch_warnings():  # NaN statistics are handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         result = stats.bootstrap(
-            data,
-            statistic,
+            resampler.data(),
+            resampler.statistic(summary),
             n_resamples=n_resamples,
             batch=batch,
             vectorized=True,
             paired=False,
             confidence_level=confidence_level,
             method="percentile",
-            rng=np.random.default_rng(seed),
+            rng=np.random.default_rng(opts.seed),
         )
+    return _intervals(resampler.point, result, confidence_level)
+
+
+@dataclass(frozen=True)
+class _Resampler:
+    """The checked inputs of :func:`bootstrap_scores`, their point scores and how a
+    batch of resamples (drawn row indices per client and per model) is scored."""
+
+    x: torch.Tensor
+    groups: ClientGroups
+    labels: np.ndarray
+    ys: dict[str, torch.Tensor]
+    opts: ScoreOptions
+    device: object
+    block_size: int
+    kernel: Kernel | None  # of KD, its bandwidth fixed; None without KD
+    point: ScoreCube
+
+    @classmethod
+    def of(cls, reference, clients, models, opts, device, block_size) -> _Resampler:
+        with about("reference"):
+            x = as_features(reference, "reference")
+            groups = client_groups(clients, x.shape[0])
+        ys = {}
+        for g, y in models.items():
+            with about("model", str(g)):
+                ys[str(g)] = as_features(y, f"models[{g!r}]")
+        kernel = None
+        if "kd" in opts.metrics:
+            params = opts.kernel_params
+            if needs_bandwidth(opts.kernel, params):
+                with about("reference"):
+                    bandwidth = median_bandwidth(x, kernel=opts.kernel, seed=opts.seed)
+                opts = opts.replace(kernel_params={**(params or {}), "bandwidth": bandwidth})
+            kernel = make_kernel(opts.kernel, opts.kernel_params, x.shape[1])
+        table = score(x, clients, ys, opts, device=device, block_size=block_size)
+        point = ScoreCube.from_table(table, opts.metrics, tuple(ys), tuple(groups.names))
+        labels = np.asarray(clients)
+        return cls(x, groups, labels, ys, opts, device, block_size, kernel, point)
+
+    @property
+    def rows(self) -> list[np.ndarray]:
+        return [self.groups.rows(c) for c in range(len(self.groups.sizes))]
+
+    def data(self) -> list[np.ndarray]:
+        """What ``scipy.stats.bootstrap`` resamples: the row indices of every client,
+        then of every model."""
+        return [np.arange(len(r)) for r in self.rows] + [
+            np.arange(y.shape[0]) for y in self.ys.values()
+        ]
+
+    def statistic(self, summary: Callable[[np.ndarray], np.ndarray]) -> Callable:
+        """The vectorised statistic of ``scipy.stats.bootstrap``: ``summary`` of the
+        score cube of each resample in a batch."""
+        rows = self.rows
+        wanted = self.opts.metrics
+
+        def statistic(*samples, axis=-1):
+            client_draws, model_draws = samples[: len(rows)], samples[len(rows) :]
+            values = np.empty((client_draws[0].shape[0],) + self.point.values.shape)
+            if self.kernel is not None:
+                values[:, wanted.index("kd")] = self._kd(rows, client_draws, model_draws)
+            others = [m for m in wanted if m != "kd"]
+            if others:
+                values[:, [wanted.index(m) for m in others]] = self._rescored(
+                    rows, client_draws, model_draws, others
+                )
+            return summary(values)
+
+        return statistic
+
+    def _kd(self, rows, client_draws, model_draws) -> np.ndarray:
+        """(batch, M, 2 + k) KD of each resample, by re-weighting (module doc)."""
+        estimator, ys = self.opts.kd_estimator, list(self.ys.values())
+        counts = np.zeros((client_draws[0].shape[0], self.x.shape[0]), dtype=np.int64)
+        for r, draws in zip(rows, client_draws):
+            counts[:, r] = row_counts(draws, len(r))
+        sums = resampled_kernel_sums(
+            self.x,
+            self.groups.index,
+            ys,
+            self.kernel,
+            counts,
+            [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys)],
+            estimator=estimator,
+            dtype=self.opts.dtype,
+            device=self.device,
+            block_size=self.block_size,
+        )
+        lam = self.groups.weights(self.opts.weights)
+        out = []
+        for s in sums:
+            per_client, pooled = s.kd(estimator)
+            out.append(np.column_stack([pooled, per_client @ lam, per_client]))
+        return np.stack(out)
+
+    def _rescored(self, rows, client_draws, model_draws, metrics) -> np.ndarray:
+        """(batch, len(metrics), M, 2 + k): ``metrics`` of each resample, scored afresh."""
+        opts = self.opts.replace(metrics=tuple(metrics))
+        out = []
+        for b in range(client_draws[0].shape[0]):
+            picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
+            resampled = {
+                g: y[torch.from_numpy(d[b])] for (g, y), d in zip(self.ys.items(), model_draws)
+            }
+            table = score(
+                self.x[torch.from_numpy(picked)],
+                self.labels[picked],
+                resampled,
+                opts,
+                device=self.device,
+                block_size=self.block_size,
+            )
+            cube = ScoreCube.from_table(table, metrics, self.point.models, self.point.clients)
+            out.append(cube.values)
+        return np.stack(out)
+
+
+def _intervals(point: ScoreCube, result, confidence_level: float) -> BootstrapScores:
+    """The percentile intervals of a ``scipy.stats.bootstrap`` result; a statistic
+    undefined in some resamples gets them over the resamples where it is defined."""
     distribution = np.atleast_2d(result.bootstrap_distribution)
     low = np.array(result.confidence_interval.low, dtype=np.float64, ndmin=1)
     high = np.array(result.confidence_interval.high, dtype=np.float64, ndmin=1)
@@ -427,10 +488,39 @@ def score_intervals(result: BootstrapScores) -> pd.DataFrame:
                 float(result.high[i]),
             )
         )
-    table = pd.DataFrame(
-        rows, columns=["model", "metric", "aggregation", "client", "value", "low", "high"]
-    )
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "low", "high"])
     return table.sort_values(["model", "metric"], kind="mergesort").reset_index(drop=True)
+
+
+def with_intervals(
+    table: pd.DataFrame,
+    reference,
+    clients,
+    models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
+    *,
+    n_resamples: int,
+    confidence_level: float = 0.95,
+    device=None,
+    **changes,
+) -> pd.DataFrame:
+    """``table`` (``metrics.score`` of the same inputs and options) with columns ``low``
+    and ``high``: the percentile interval of every score (:func:`bootstrap_scores`
+    with :func:`flat_summary`)."""
+    result = bootstrap_scores(
+        reference,
+        clients,
+        models,
+        options,
+        summary=flat_summary,
+        n_resamples=n_resamples,
+        confidence_level=confidence_level,
+        device=device,
+        **changes,
+    )
+    keys = ["model", "metric", "aggregation", "client"]
+    bounds = score_intervals(result)[[*keys, "low", "high"]]
+    return table.merge(bounds, on=keys, how="left", validate="one_to_one")
 
 
 def pairwise_intervals(result: BootstrapScores) -> tuple[pd.DataFrame, pd.DataFrame]:

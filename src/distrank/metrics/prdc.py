@@ -41,6 +41,7 @@ import torch
 from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
 from distrank.clients import client_groups
 from distrank.metrics.kernels import sq_euclidean, sq_norms
+from distrank.metrics.options import ScoreOptions
 from distrank.metrics.registry import PRDC as METRICS
 from distrank.metrics.registry import check_metrics
 
@@ -53,10 +54,10 @@ def prdc(
     clients,
     models: Mapping[str, object],
     *,
-    pr_k: int = 3,
-    dc_k: int = 5,
+    pr_k: int = ScoreOptions.pr_k,
+    dc_k: int = ScoreOptions.dc_k,
     metrics: Sequence[str] = METRICS,
-    dtype: str = "float32",
+    dtype: str = ScoreOptions.dtype,
     device=None,
     block_rows: int | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:

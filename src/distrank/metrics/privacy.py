@@ -68,7 +68,9 @@ import pandas as pd
 
 from distrank._checks import positive_int
 from distrank.clients import client_groups
+from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.scoring import score
+from distrank.metrics.table import from_rows
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
 BOUNDED_KERNELS = ("rbf", "laplace")
@@ -189,20 +191,20 @@ def release_kd(
     return values + rng.standard_normal(values.shape) * std
 
 
+#: the options of :func:`private_scores` when none are given: KD through the rbf kernel
+PRIVATE_OPTIONS = ScoreOptions(metrics=("kd",), kernel="rbf")
+
+
 def private_scores(
     reference,
     clients,
     models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
     *,
     epsilon: float,
     delta: float,
-    kernel: str = "rbf",
-    kernel_params=None,
-    kd_estimator: str = "unbiased",
-    weights: str = "size",
-    seed: int = 0,
-    dtype: str = "float32",
     device=None,
+    **changes,
 ) -> tuple[pd.DataFrame, PrivacyBudget]:
     """KD of every model as private clients release it, and each client's budget.
 
@@ -210,35 +212,29 @@ def private_scores(
     (``epsilon``, ``delta``) split over the models; ``avg`` is the weighted mean of
     the noisy client values, the only aggregate the server can form. The table has
     the columns of ``metrics.score`` (metric ``kd``, aggregations ``client`` and
-    ``avg``; no ``all``, which needs the pooled rows). ``kernel`` must be bounded
-    (``rbf``/``laplace``) with an explicit ``kernel_params["bandwidth"]`` chosen
-    without the clients' rows. Noise comes from ``numpy.random.default_rng(seed)``.
+    ``avg``; no ``all``, which needs the pooled rows). ``options`` and ``changes`` are
+    those of ``metrics.score`` (None: :data:`PRIVATE_OPTIONS`); ``metrics`` must be
+    ``("kd",)`` and ``kernel`` bounded (``rbf``/``laplace``) with an explicit
+    ``kernel_params["bandwidth"]`` chosen without the clients' rows. Noise comes from
+    ``numpy.random.default_rng(seed)``.
     """
+    opts = score_options(PRIVATE_OPTIONS if options is None else options, **changes)
+    kernel, kd_estimator, seed = opts.kernel, opts.kd_estimator, opts.seed
+    if opts.metrics != ("kd",):
+        raise ValueError(f"metrics: private scores release KD only, got {opts.metrics!r}")
     if kernel not in BOUNDED_KERNELS:
         raise ValueError(
             f"kernel: private KD needs a kernel bounded in [0, 1] with "
             f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {kernel!r}"
         )
-    if "bandwidth" not in (kernel_params or {}):
+    if "bandwidth" not in (opts.kernel_params or {}):
         raise ValueError(
             "kernel_params: private KD needs an explicit 'bandwidth' fixed "
             "without the clients' rows (a median on them would be a release)"
         )
     if kd_estimator not in ESTIMATORS:
         raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {kd_estimator!r}")
-    table = score(
-        reference,
-        clients,
-        models,
-        metrics=("kd",),
-        kernel=kernel,
-        kernel_params=kernel_params,
-        kd_estimator=kd_estimator,
-        weights=weights,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-    )
+    table = score(reference, clients, models, opts, device=device)
     local = table[table.aggregation == "client"]
     groups = client_groups(clients, len(np.asarray(clients)))
     names = list(dict.fromkeys(local.model))
@@ -248,12 +244,12 @@ def private_scores(
     noisy = release_kd(
         values, groups.sizes, budget=budget, estimator=kd_estimator, rng=np.random.default_rng(seed)
     )
-    avg = noisy @ groups.weights(weights)
+    avg = noisy @ groups.weights(opts.weights)
     rows = []
     for g, model in enumerate(names):
         rows.append((model, "kd", "avg", "", float(avg[g])))
         rows += [(model, "kd", "client", c, float(v)) for c, v in zip(groups.names, noisy[g])]
-    return pd.DataFrame(rows, columns=table.columns), budget
+    return from_rows(rows), budget
 
 
 def _quiet_bracketing():

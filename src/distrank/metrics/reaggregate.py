@@ -47,13 +47,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth, sq_euclidean
+from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import _check_block, _knn_sq_radii, _sq_norms
-from distrank.metrics.registry import METRIC_KEYS, PRDC, check_metrics
-from distrank.metrics.scoring import COLUMNS, _check_models, _table
+from distrank.metrics.registry import PRDC
+from distrank.metrics.scoring import _check_models, _table
+from distrank.metrics.table import COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +102,11 @@ def score_partitions(
     reference,
     partitions: Mapping[str, object],
     models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
     *,
-    metrics: Sequence[str] = METRIC_KEYS,
-    kernel: str = "poly",
-    kernel_params=None,
-    kd_estimator: str = "unbiased",
-    seed: int = 0,
-    weights: str = "size",
-    pr_k: int = 3,
-    dc_k: int = 5,
-    dtype: str = "float32",
     device=None,
     block_size: int = kd_.BLOCK_SIZE,
+    **changes,
 ) -> pd.DataFrame:
     """:func:`distrank.metrics.score` of every partition, sharing the partition-free work.
 
@@ -119,8 +114,7 @@ def score_partitions(
         reference: (n, d) reference features.
         partitions: partition name -> (n,) client label (int or str) of each row.
         models: model name -> (m, d) generated features.
-        metrics, kernel, kernel_params, kd_estimator, seed, weights, pr_k, dc_k,
-            dtype, device, block_size: as in :func:`distrank.metrics.score`;
+        options, changes, device, block_size: as in :func:`distrank.metrics.score`;
             ``kd_estimator`` is ``"unbiased"`` or ``"biased"`` (random subsets have no
             partition-free sums).
 
@@ -132,14 +126,15 @@ def score_partitions(
     (B fine groups; B x B sums), so block-aligned partitions keep B small. Memory holds
     one model's (n, m) products at a time.
     """
-    wanted = check_metrics(metrics)
-    if kd_estimator not in ("unbiased", "biased"):
+    opts = score_options(options, **changes)
+    wanted = opts.metrics
+    if opts.kd_estimator not in ("unbiased", "biased"):
         raise ValueError(
             f"kd_estimator: expected 'unbiased' or 'biased' (full-sample sums), "
-            f"got {kd_estimator!r}"
+            f"got {opts.kd_estimator!r}"
         )
-    pr_k, dc_k = positive_int(pr_k, "pr_k"), positive_int(dc_k, "dc_k")
-    dt, dev = work_dtype(dtype), resolve_device(device)
+    pr_k, dc_k = opts.pr_k, opts.dc_k
+    dt, dev = work_dtype(opts.dtype), resolve_device(device)
     x = as_features(reference, "reference")
     n = x.shape[0]
     ys = _check_models(models, x.shape[1])
@@ -155,15 +150,13 @@ def score_partitions(
 
     values = {p: {g: {} for g in ys} for p in groups}
     if "kd" in wanted:
-        _kd(
-            x, groups, ys, values, kernel, kernel_params, kd_estimator, seed, dtype, dev, block_size
-        )
+        _kd(x, groups, ys, values, opts, dev, block_size)
     if "fd" in wanted:
         _fd(x, groups, ys, values, dev)
     if set(wanted) & set(PRDC):
         _prdc(x, groups, ys, values, [m for m in wanted if m in PRDC], pr_k, dc_k, dt, dev)
     tables = [
-        _table(values[p], g.names, g.weights(weights)).assign(partition=p)
+        _table(values[p], g.names, g.weights(opts.weights)).assign(partition=p)
         for p, g in groups.items()
     ]
     return pd.concat(tables, ignore_index=True)[["partition", *COLUMNS]]
@@ -192,11 +185,12 @@ def _check_sizes(groups: Mapping[str, ClientGroups], ys, wanted, pr_k, dc_k) -> 
             )
 
 
-def _kd(x, groups, ys, values, kernel, kernel_params, estimator, seed, dtype, dev, block):
+def _kd(x, groups, ys, values, opts: ScoreOptions, dev, block):
+    kernel, kernel_params, dtype = opts.kernel, opts.kernel_params, opts.dtype
     if needs_bandwidth(kernel, kernel_params):  # as the scorer: once, on the pooled reference
         kernel_params = {
             **(kernel_params or {}),
-            "bandwidth": median_bandwidth(x, kernel=kernel, seed=seed),
+            "bandwidth": median_bandwidth(x, kernel=kernel, seed=opts.seed),
         }
     kern = make_kernel(kernel, kernel_params, x.shape[1])
     fine = common_refinement([g.index for g in groups.values()])
@@ -208,7 +202,7 @@ def _kd(x, groups, ys, values, kernel, kernel_params, estimator, seed, dtype, de
     sums = kd_.kernel_sums(x, fine, ys.values(), kern, dtype=dtype, device=dev, block_size=block)
     first_row = np.unique(fine, return_index=True)[1]
     for p, g in groups.items():
-        per_client, pooled = coarsen(sums, g.index[first_row]).kd(estimator)
+        per_client, pooled = coarsen(sums, g.index[first_row]).kd(opts.kd_estimator)
         for j, name in enumerate(ys):
             values[p][name]["kd"] = (float(pooled[j]), per_client[j])
 

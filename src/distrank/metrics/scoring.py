@@ -20,22 +20,24 @@ any heavy work.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, resolve_device
+from distrank._checks import InputError, about
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
+from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import prdc
-from distrank.metrics.registry import METRIC_KEYS, METRICS, check_metrics
+from distrank.metrics.registry import METRICS
+from distrank.metrics.table import from_rows
 
-COLUMNS = ["model", "metric", "aggregation", "client", "value"]
 Values = dict[str, dict[str, tuple[float, np.ndarray]]]
 
 
@@ -46,41 +48,43 @@ class Inputs:
     reference: torch.Tensor
     groups: ClientGroups
     models: dict[str, torch.Tensor]
-    options: dict
+    options: ScoreOptions
     device: torch.device
+    block_size: int = kd_.BLOCK_SIZE
 
     def client_rows(self, c: int) -> torch.Tensor:
         return self.reference[torch.from_numpy(self.groups.rows(c))]
 
     def sizes(self, *, models: bool = True) -> dict[str, int]:
         """Rows of every client (and model), keyed by how an error names them."""
-        sizes = {
-            f"clients: client {name!r}": int(size)
+        return {key: rows for key, (rows, _) in self._named(models).items()}
+
+    def subject(self, key: str) -> tuple[str, str]:
+        """The ``InputError.subject`` of a key of :meth:`sizes`."""
+        return self._named(True)[key][1]
+
+    def _named(self, models: bool) -> dict[str, tuple[int, tuple[str, str]]]:
+        out = {
+            f"clients: client {name!r}": (int(size), ("client", name))
             for name, size in zip(self.groups.names, self.groups.sizes)
         }
         if models:
-            sizes |= {f"models[{name!r}]": y.shape[0] for name, y in self.models.items()}
-        return sizes
+            out |= {
+                f"models[{name!r}]": (y.shape[0], ("model", name))
+                for name, y in self.models.items()
+            }
+        return out
 
 
 def score(
     reference,
     clients,
     models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
     *,
-    metrics: Sequence[str] = METRIC_KEYS,
-    kernel: str = "poly",
-    kernel_params=None,
-    kd_estimator: str = "unbiased",
-    n_subsets: int = 100,
-    subset_size: int = 1000,
-    seed: int = 0,
-    weights: str = "size",
-    pr_k: int = 3,
-    dc_k: int = 5,
-    dtype: str = "float32",
     device=None,
     block_size: int = kd_.BLOCK_SIZE,
+    **changes,
 ) -> pd.DataFrame:
     """Every metric of every model: pooled (``all``), client average (``avg``), per client.
 
@@ -88,52 +92,36 @@ def score(
         reference: (n, d) numpy or torch array of reference features.
         clients: (n,) client label (int or str) of each reference row.
         models: model name -> (m, d) array of generated features.
-        metrics: a subset of ``("kd", "fd", "precision", "recall", "density", "coverage")``.
-        kernel: KD kernel, ``"poly"``, ``"rbf"``, ``"laplace"`` or ``"linear"``.
-        kernel_params: kernel parameters (see ``kernels.make_kernel``); an rbf/laplace
-            bandwidth not given is the median heuristic on the pooled reference.
-        kd_estimator: ``"unbiased"`` (U-statistic), ``"biased"`` (V-statistic), both on
-            the full samples, or ``"subsets"`` (KID: ``n_subsets`` x ``subset_size``,
-            ``seed``; adds ``kd_std`` rows for ``all`` and each client).
-        weights: lambda_i of ``avg``: ``"size"`` (n_i / n) or ``"uniform"`` (1 / k).
-        pr_k: k of Precision and Recall; dc_k: k of Density and Coverage.
-        dtype: KD and PRDC products in ``"float32"`` (sums in float64) or
-            ``"float64"``; FD statistics are always float64.
+        options: the :class:`~distrank.metrics.options.ScoreOptions` (metrics, kernel,
+            estimator, weights, k of PRDC, dtype; None: the defaults), or a mapping of
+            them; ``changes`` (option names as keywords) override them. The
+            ``"subsets"`` estimator adds ``kd_std`` rows for ``all`` and each client.
         device: torch device (``None``: CUDA if available, else CPU).
         block_size: rows of one kernel block (memory: block_size^2 numbers).
 
     Returns:
-        A DataFrame with columns model, metric, aggregation (``all``, ``avg``,
-        ``client``), client (``str(label)``; ``""`` unless aggregation is
-        ``client``) and value.
+        A DataFrame with the columns of :data:`distrank.metrics.table.COLUMNS`: model,
+        metric, aggregation (``all``, ``avg``, ``client``), client (``str(label)``;
+        ``""`` unless aggregation is ``client``) and value.
 
     Raises:
         ValueError: naming the argument and the problem (non-finite features,
             mismatched dimensions, too few rows, unknown metric or option).
     """
-    wanted = check_metrics(metrics)
-    work_dtype(dtype)
-    x = as_features(reference, "reference")
-    groups = client_groups(clients, x.shape[0])
-    lam = groups.weights(weights)
+    opts = score_options(options, **changes)
+    with about("reference"):
+        x = as_features(reference, "reference")
+        groups = client_groups(clients, x.shape[0])
+    lam = groups.weights(opts.weights)
     inputs = Inputs(
         x,
         groups,
         _check_models(models, x.shape[1]),
-        dict(
-            kernel=kernel,
-            kernel_params=kernel_params,
-            kd_estimator=kd_estimator,
-            n_subsets=n_subsets,
-            subset_size=subset_size,
-            seed=seed,
-            pr_k=pr_k,
-            dc_k=dc_k,
-            dtype=dtype,
-            block_size=block_size,
-        ),
+        opts,
         resolve_device(device),
+        block_size,
     )
+    wanted = opts.metrics
     by_function: dict[Callable, list[str]] = {}
     for key in wanted:
         by_function.setdefault(METRICS[key].function(), []).append(key)
@@ -148,15 +136,17 @@ def score(
 def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     """KD from one set of kernel block sums (U or V form), or KID-style subsets."""
     o, x, groups = inputs.options, inputs.reference, inputs.groups
-    estimator = o["kd_estimator"]
-    kd_.check_sizes(inputs.sizes(), estimator, o["subset_size"])
-    params = o["kernel_params"]
-    if needs_bandwidth(o["kernel"], params):
-        params = {
-            **(params or {}),
-            "bandwidth": median_bandwidth(x, kernel=o["kernel"], seed=o["seed"]),
-        }
-    kern = make_kernel(o["kernel"], params, x.shape[1])
+    estimator = o.kd_estimator
+    kd_.check_sizes({}, estimator, o.subset_size)
+    for key, rows in inputs.sizes().items():
+        with about(*inputs.subject(key)):
+            kd_.check_sizes({key: rows}, estimator, o.subset_size)
+    params = o.kernel_params
+    if needs_bandwidth(o.kernel, params):
+        with about("reference"):
+            bandwidth = median_bandwidth(x, kernel=o.kernel, seed=o.seed)
+        params = {**(params or {}), "bandwidth": bandwidth}
+    kern = make_kernel(o.kernel, params, x.shape[1])
 
     def run() -> Values:
         if estimator != "subsets":
@@ -165,9 +155,9 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
                 groups.index,
                 inputs.models.values(),
                 kern,
-                dtype=o["dtype"],
+                dtype=o.dtype,
                 device=inputs.device,
-                block_size=o["block_size"],
+                block_size=inputs.block_size,
             )
             per_client, pooled = sums.kd(estimator)
             return {
@@ -183,10 +173,10 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
                         p,
                         y,
                         kern,
-                        n_subsets=o["n_subsets"],
-                        subset_size=o["subset_size"],
-                        seed=o["seed"],
-                        dtype=o["dtype"],
+                        n_subsets=o.n_subsets,
+                        subset_size=o.subset_size,
+                        seed=o.seed,
+                        dtype=o.dtype,
                         device=inputs.device,
                     )
                     for p in parts
@@ -202,7 +192,10 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     """FD per client, and FD_all from the pooled client statistics."""
     for name, rows in inputs.sizes().items():
         if rows < 2:
-            raise ValueError(f"{name} has {rows} row; FD (covariance, ddof=1) needs 2")
+            raise InputError(
+                f"{name} has {rows} row; FD (covariance, ddof=1) needs 2",
+                subject=inputs.subject(name),
+            )
 
     def run() -> Values:
         dev = inputs.device
@@ -222,7 +215,7 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
 def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     """Precision, Recall, Density and Coverage in one blocked pass (``prdc.prdc``)."""
     o, groups = inputs.options, inputs.groups
-    pr_k, dc_k = positive_int(o["pr_k"], "pr_k"), positive_int(o["dc_k"], "dc_k")
+    pr_k, dc_k = o.pr_k, o.dc_k
     # k-NN radii need k + 1 rows: clients for precision (pr_k), density and coverage
     # (dc_k); models for recall (pr_k).
     client_k = ([pr_k] if "precision" in keys else []) + (
@@ -234,9 +227,10 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     sizes = inputs.sizes()
     for name, ks in needs.items():
         if ks and sizes[name] < max(ks) + 1:
-            raise ValueError(
+            raise InputError(
                 f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
-                f"need at least {max(ks) + 1}"
+                f"need at least {max(ks) + 1}",
+                subject=inputs.subject(name),
             )
 
     def run() -> Values:
@@ -247,7 +241,7 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
             pr_k=pr_k,
             dc_k=dc_k,
             metrics=keys,
-            dtype=o["dtype"],
+            dtype=o.dtype,
             device=inputs.device,
         )
         return {
@@ -267,36 +261,31 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
 def score_client(
     client_features,
     models: Mapping[str, object],
+    options: ScoreOptions | Mapping | None = None,
     *,
-    metrics: Sequence[str] = METRIC_KEYS,
-    kernel: str = "poly",
-    kernel_params=None,
-    **options,
+    device=None,
+    block_size: int = kd_.BLOCK_SIZE,
+    **changes,
 ) -> dict[str, dict[str, float]]:
     """One client's scores of every model: what a client computes without sharing data.
 
-    ``options`` are those of :func:`score` (but ``weights``); the result maps each
-    model to ``{metric: value}`` (and ``kd_std`` in subsets mode), equal to that
-    client's ``client`` rows of ``score``. An rbf/laplace kernel needs an explicit
+    ``options``, ``changes``, ``device`` and ``block_size`` are those of :func:`score`
+    (``weights`` does not matter for one client); the result maps each model to
+    ``{metric: value}`` (and ``kd_std`` in subsets mode), equal to that client's
+    ``client`` rows of ``score``. An rbf/laplace kernel needs an explicit
     ``kernel_params["bandwidth"]``: the bandwidth must be the same for all clients
     (computed once, e.g. with ``median_bandwidth`` on pooled or public data), never a
     client's own median.
     """
-    wanted = check_metrics(metrics)
-    if "kd" in wanted and needs_bandwidth(kernel, kernel_params):
+    opts = score_options(options, **changes)
+    if "kd" in opts.metrics and needs_bandwidth(opts.kernel, opts.kernel_params):
         raise ValueError(
-            f"kernel_params: kernel {kernel!r} needs an explicit 'bandwidth' for "
+            f"kernel_params: kernel {opts.kernel!r} needs an explicit 'bandwidth' for "
             "client scores (one bandwidth shared by all clients)"
         )
     x = as_features(client_features, "client_features")
     table = score(
-        x,
-        np.zeros(x.shape[0], dtype=np.int64),
-        models,
-        metrics=wanted,
-        kernel=kernel,
-        kernel_params=kernel_params,
-        **options,
+        x, np.zeros(x.shape[0], dtype=np.int64), models, opts, device=device, block_size=block_size
     )
     pooled = table[table.aggregation == "all"]
     out: dict[str, dict[str, float]] = {}
@@ -305,9 +294,9 @@ def score_client(
     return out
 
 
-def client_scores(client_features, model_features, **options) -> dict[str, float]:
+def client_scores(client_features, model_features, options=None, **changes) -> dict[str, float]:
     """One client's scores of one model (:func:`score_client` with a single model)."""
-    return score_client(client_features, {"model": model_features}, **options)["model"]
+    return score_client(client_features, {"model": model_features}, options, **changes)["model"]
 
 
 def _check_models(models, d: int) -> dict[str, torch.Tensor]:
@@ -315,12 +304,13 @@ def _check_models(models, d: int) -> dict[str, torch.Tensor]:
         raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
     ys = {}
     for name, y in models.items():
-        y = as_features(y, f"models[{name!r}]")
-        if y.shape[1] != d:
-            raise ValueError(
-                f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                f"the reference dimension {d}"
-            )
+        with about("model", str(name)):
+            y = as_features(y, f"models[{name!r}]")
+            if y.shape[1] != d:
+                raise ValueError(
+                    f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                    f"the reference dimension {d}"
+                )
         ys[str(name)] = y
     if len(ys) != len(models):
         raise ValueError("models: names are not distinct as strings")
@@ -335,4 +325,4 @@ def _table(values: Values, client_names: list[str], lam: np.ndarray) -> pd.DataF
             if metric != "kd_std":  # a std of the average is not the average of stds
                 rows.append((model, metric, "avg", "", float(lam @ local)))
             rows += [(model, metric, "client", c, float(v)) for c, v in zip(client_names, local)]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return from_rows(rows)

@@ -15,7 +15,7 @@ script, no network, that says for the user's own models:
   Recall exactly, :math:`\mathrm{Recall_{all}} = \sum_i (n_i / n)\,\mathrm{Recall}_i`;
   FD, Precision, Density and Coverage not (Theorem 2, Proposition 1; Naeem et al.);
 - the model pairs that ``all`` and ``avg`` order differently, and Kendall's tau-b
-  between the two rankings, per metric (:func:`distrank.experiments.rank_agreement`);
+  between the two rankings, per metric (:mod:`distrank.metrics.table`);
 - the E1 and E6 figures of the pipeline, drawn for these models;
 - for a table with client rows only (a federation that never pooled data), what
   the clients' scores do and do not tell about the centralized ranking.
@@ -40,14 +40,13 @@ import numpy as np
 import pandas as pd
 
 from distrank._io import atomic_write_bytes
-
-# The experiments whose figures the page redraws for the user's models: one import
-# block, so moving them is a one-line change.
-from distrank.experiments import SCORE_COLUMNS, discordant_pairs, rank_models
 from distrank.experiments.e1_kd_consistency import e1_table
 from distrank.experiments.e6_prdc import e6_table
 from distrank.figures import e1_figure, e6_figure
+from distrank.metrics.ranking import discordant_pairs, rank_models
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, PRDC, display
+from distrank.metrics.table import COLUMNS, check, flipped_pairs, kendall_tau
+from distrank.metrics.table import per_metric as _per_metric
 
 __all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
 
@@ -132,19 +131,13 @@ def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFra
     with weights n_i/n. Unknown options (no ``meta``) are taken as the defaults of
     ``distrank score`` (size weights, unbiased KD), and ``why`` says so.
     """
-    from scipy.stats import kendalltau
-
     options = dict((meta or {}).get("options") or {})
     weights, estimator = options.get("weights"), options.get("kd_estimator")
     rows = []
     for metric, wide in _per_metric(scores).items():
         gap = (wide["avg"] - wide["all"]).to_numpy(float)
         pairs = discordant_pairs(wide["all"].to_numpy(float), wide["avg"].to_numpy(float))
-        tau = (
-            float(kendalltau(wide["avg"], wide["all"]).statistic)
-            if len(wide) >= 2
-            else float("nan")
-        )
+        tau = kendall_tau(wide["all"], wide["avg"])[0]
         verdict, why = _verdict(metric, weights, estimator)
         rows.append(
             {
@@ -175,32 +168,6 @@ def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFra
     )
 
 
-def flipped_pairs(scores: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The model pairs that ``all`` and ``avg`` order differently for ``metric``.
-
-    Columns: ``model_a`` (the better of the pair by ``all``), ``model_b`` (the better
-    by ``avg``; "better" follows the metric's direction), then ``a_all``, ``b_all``,
-    ``a_avg``, ``b_avg``: both models' values in both aggregations.
-    """
-    wide = _per_metric(scores)[metric]
-    models, a, v = wide.index.to_list(), wide["all"].to_numpy(float), wide["avg"].to_numpy(float)
-    sign = 1.0 if HIGHER_IS_BETTER.get(metric, False) else -1.0
-    rows = []
-    for i, j in discordant_pairs(a, v):
-        first, second = (i, j) if sign * (a[i] - a[j]) > 0 else (j, i)
-        rows.append(
-            {
-                "model_a": models[first],
-                "model_b": models[second],
-                "a_all": a[first],
-                "b_all": a[second],
-                "a_avg": v[first],
-                "b_avg": v[second],
-            }
-        )
-    return pd.DataFrame(rows, columns=["model_a", "model_b", "a_all", "b_all", "a_avg", "b_avg"])
-
-
 def _verdict(metric: str, weights: str | None, estimator: str | None) -> tuple[str, str]:
     reason = METRICS[metric].consistent if metric in METRICS else ""
     assumed = "" if weights else " (options not recorded: assuming weights n_i/n)"
@@ -221,19 +188,6 @@ def _verdict(metric: str, weights: str | None, estimator: str | None) -> tuple[s
             return "not guaranteed", "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"
         return "exact", reason + assumed
     return "not guaranteed", reason or WHY_NOT.get(metric, "no identity links avg to all")
-
-
-def _per_metric(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """metric -> (model x [all, avg]) for the metrics where every model has both."""
-    pooled = scores[scores["aggregation"].isin(["all", "avg"])]
-    out = {}
-    for metric, rows in pooled.groupby("metric", sort=False):
-        wide = rows.pivot_table(
-            index="model", columns="aggregation", values="value", aggfunc="first"
-        ).sort_index()
-        if {"all", "avg"} <= set(wide.columns) and not wide[["all", "avg"]].isna().any().any():
-            out[metric] = wide[["all", "avg"]]
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -532,12 +486,8 @@ def _clients_agree(wide: pd.DataFrame, metric: str) -> str:
 
 
 def _check(scores: pd.DataFrame) -> pd.DataFrame:
-    if not isinstance(scores, pd.DataFrame):
-        raise TypeError(f"scores must be a pandas DataFrame, got {type(scores).__name__}")
-    missing = [c for c in SCORE_COLUMNS if c not in scores.columns]
-    if missing:
-        raise ValueError(f"scores lacks columns {missing}; expected {list(SCORE_COLUMNS)}")
-    scores = scores[list(SCORE_COLUMNS)].copy()
+    check(scores)
+    scores = scores[list(COLUMNS)].copy()
     scores["model"] = scores["model"].astype(str)
     scores["client"] = scores["client"].astype(str)
     duplicated = scores.duplicated(["model", "metric", "aggregation", "client"])

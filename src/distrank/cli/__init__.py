@@ -1,0 +1,109 @@
+"""The ``distrank`` command line: images or features in, scores and a report out.
+
+    distrank extract INPUT... --out FEATURES.npz
+    distrank score --reference REF --model NAME=PATH [--model ...] --out scores.csv
+    distrank report scores.csv --out report.html
+
+Inputs are image folders (recursive; png, jpg, jpeg, webp, in sorted path order),
+image npz batches (``arr_0`` or ``images``, uint8 NHWC), CSV manifests (columns
+``path`` and optionally ``client``) or, for ``score``, feature npz files
+(``features`` (n x d), a reference also ``clients``). See :mod:`distrank.data.folders`
+and :mod:`distrank.features.inputs`, which turns them into features through the
+feature cache, so a second run on the same images reads the features back.
+
+Each command is a module here (:mod:`.extract`, :mod:`.score`, :mod:`.report`) that
+adds its arguments, calls the library and prints; :mod:`.common` holds what they
+share. Every default of an option is the library's (``ScoreOptions``, the metric
+and extractor registries, the cache's), read when the command's parser is built,
+which imports torch only for the command that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from distrank._checks import InputError
+from distrank._progress import set_quiet
+from distrank.cli import extract, report, score
+from distrank.cli.common import (
+    EXIT_CODES,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXIT_WEIGHTS,
+    missing_weights,
+)
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_INPUT",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EXIT_WEIGHTS",
+    "COMMANDS",
+    "InputError",
+    "build_parser",
+    "main",
+]
+
+#: command -> (help line, description, function that adds its arguments)
+COMMANDS: dict[str, tuple[str, str, Callable]] = {
+    "extract": (extract.HELP, extract.DESCRIPTION, extract.add_arguments),
+    "score": (score.HELP, score.DESCRIPTION, score.add_arguments),
+    "report": (report.HELP, report.DESCRIPTION, report.add_arguments),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``distrank`` command line; returns the exit status (see ``EXIT_CODES``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return EXIT_USAGE
+    previous = set_quiet(True) if args.quiet else None
+    try:
+        return args.run(args)
+    except (ValueError, OSError, KeyError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"distrank {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_WEIGHTS if missing_weights(err) else EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"distrank {args.command}: interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if args.quiet:
+            set_quiet(previous)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``distrank`` parser; ``command`` (None: none) gets its full arguments (and
+    their defaults, which may import torch)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress bars (also: DISTRANK_QUIET=1)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="distrank",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Consistent distributed ranking of generative models via kernel distances.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_line, description, add_arguments) in COMMANDS.items():
+        p = sub.add_parser(
+            name,
+            help=help_line,
+            description=description,
+            epilog=EXIT_CODES,
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == command:
+            add_arguments(p)
+    return parser

@@ -1,0 +1,280 @@
+"""``distrank score``: score models against client-split reference data.
+
+Inputs -> features (:func:`distrank.features.inputs.scoring_inputs`) -> scores
+(``metrics.score``, or ``metrics.privacy.private_scores`` with ``--private``; with
+``--intervals``, ``metrics.bootstrap.with_intervals``) -> the table's file
+(``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. A new option is one more argument here and
+one more field of ``ScoreOptions`` (or one more library call).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from distrank._checks import InputError
+from distrank.cli.common import (
+    EXIT_OK,
+    add_extractor_arguments,
+    input_features,
+    kernel_param,
+    library_defaults,
+    named_path,
+)
+from distrank.metrics.registry import METRIC_KEYS
+
+HELP = "score models against client-split reference data"
+DESCRIPTION = (
+    "Score every model by every metric, pooled (all), averaged over clients (avg) "
+    "and per client. Inputs are feature npz files or images, which are extracted "
+    "through the feature cache. Writes the tidy table and prints a summary."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_input_arguments(p)
+    add_metric_arguments(p)
+    add_private_and_interval_arguments(p)
+    add_output_arguments(p)
+    add_extractor_arguments(p)
+    p.set_defaults(run=run)
+
+
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("inputs (feature npz, image folder, image npz or CSV manifest)")
+    ref = g.add_mutually_exclusive_group(required=True)
+    ref.add_argument(
+        "--reference",
+        type=Path,
+        metavar="REF",
+        help="the clients' reference data: feature npz with 'features' and "
+        "'clients', a folder with one subfolder per client, or a manifest "
+        "with 'path' and 'client' columns",
+    )
+    ref.add_argument(
+        "--client",
+        action="append",
+        type=named_path,
+        dest="clients",
+        metavar="NAME=PATH",
+        help="one client's reference data (feature npz, "
+        "image folder, image npz, manifest); repeatable",
+    )
+    g.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        type=named_path,
+        metavar="NAME=PATH",
+        dest="models",
+        help="a model's samples (feature npz, image folder, image npz, manifest); repeatable",
+    )
+
+
+def add_metric_arguments(p: argparse.ArgumentParser) -> None:
+    """One argument per field of ``ScoreOptions``, its default the field's."""
+    from distrank.metrics.options import DTYPES, ESTIMATORS, KERNELS, WEIGHTS, ScoreOptions
+
+    d = ScoreOptions.defaults()
+    g = p.add_argument_group("metrics (defaults: distrank.metrics.ScoreOptions')")
+    g.add_argument(
+        "--metric",
+        nargs="+",
+        choices=METRIC_KEYS,
+        default=list(d["metrics"]),
+        dest="metrics",
+        help="metrics to compute (default: all)",
+    )
+    g.add_argument(
+        "--kernel-param",
+        action="append",
+        type=kernel_param,
+        default=[],
+        metavar="NAME=VALUE",
+        dest="kernel_params",
+        help="kernel parameter, e.g. bandwidth=2.5 or degree=3; repeatable (rbf/laplace "
+        "bandwidth default: median heuristic on the pooled reference)",
+    )
+    # flag (its dest is the option's name), choices or int, help
+    for flag, kind, text in (
+        ("--kernel", KERNELS, "KD kernel"),
+        ("--kd-estimator", ESTIMATORS, "KD estimator"),
+        ("--n-subsets", int, "subsets estimator: number of subsets"),
+        ("--subset-size", int, "subsets estimator: rows per subset"),
+        ("--seed", int, "seed of the subsets and the median heuristic"),
+        ("--weights", WEIGHTS, "client weights of avg: size = n_i/n, uniform = 1/k"),
+        ("--pr-k", int, "k of Precision and Recall"),
+        ("--dc-k", int, "k of Density and Coverage"),
+        ("--dtype", tuple(DTYPES), "float32: fast products, float64 sums; float64: exact"),
+    ):
+        typed = {"type": kind, "metavar": "N"} if kind is int else {"choices": kind}
+        default = d[flag[2:].replace("-", "_")]
+        g.add_argument(flag, default=default, help=f"{text} (default: %(default)s)", **typed)
+
+
+def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
+    from distrank.metrics.bootstrap import bootstrap_scores
+
+    d = library_defaults(bootstrap_scores)
+    g = p.add_argument_group("private scores and intervals (distrank.metrics.privacy, .bootstrap)")
+    g.add_argument(
+        "--private",
+        type=float,
+        metavar="EPSILON",
+        help="every client releases its KD of each model through the Gaussian mechanism, "
+        "EPSILON (with --delta) split over the models; the table holds the noisy client "
+        "values and their average, the metadata the budget spent. Needs --metric kd and "
+        "--kernel rbf or laplace with --kernel-param bandwidth=... (not from the clients)",
+    )
+    g.add_argument("--delta", type=float, metavar="DELTA", help="delta of each client's budget")
+    g.add_argument(
+        "--intervals",
+        type=int,
+        metavar="N",
+        help="add columns low and high: percentile bootstrap intervals from N resamples "
+        "(reference rows within clients, generated rows per model; KD re-weights its "
+        "kernel sums, FD and PRDC rescore every resample)",
+    )
+    g.add_argument(
+        "--confidence-level",
+        type=float,
+        default=d["confidence_level"],
+        help="of --intervals (default: %(default)s)",
+    )
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    from distrank.metrics.table import FORMATS
+
+    g = p.add_argument_group("output")
+    g.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="scores.csv",
+        help="the tidy table (model, metric, aggregation, client, value), written "
+        "only on success; with csv, the run's metadata goes beside it in "
+        "scores.csv.meta.json",
+    )
+    g.add_argument(
+        "--format",
+        choices=sorted(set(FORMATS.values())),
+        default=None,
+        help="csv, json (metadata and rows) or markdown (all/avg and Kendall tau); "
+        "default: from the suffix of --out (.csv, .json, .md), else csv",
+    )
+
+
+def score_options(args):
+    """The ``ScoreOptions`` of the metric arguments."""
+    from distrank.metrics.options import ScoreOptions
+
+    return ScoreOptions(
+        **{name: getattr(args, name) for name in ScoreOptions.names() if name != "kernel_params"},
+        kernel_params=dict(args.kernel_params) or None,
+    )
+
+
+def run(args) -> int:
+    from distrank.features.inputs import scoring_inputs
+    from distrank.metrics import table as score_table
+    from distrank.report.summary import summary, write_markdown
+
+    if args.private is not None and args.intervals is not None:
+        raise InputError("--private and --intervals: intervals of private scores are not offered")
+    with input_features(args) as features:
+        inputs = scoring_inputs(
+            features, reference=args.reference, clients=args.clients or (), models=args.models
+        )
+    meta = {"format": score_table.FORMAT, **inputs.meta}
+    options = score_options(args)
+    try:
+        if args.private is not None:
+            table = private(inputs, options, meta, args)
+        else:
+            table = scored(inputs, options, meta, args)
+        if args.intervals is not None:
+            table = intervals(table, inputs, options, meta, args)
+    except InputError as err:
+        raise inputs.blame(err) from None
+    fmt = args.format or score_table.FORMATS.get(args.out.suffix.lower(), "csv")
+    if fmt == "markdown":
+        write_markdown(table, args.out)
+    else:
+        score_table.write(table, args.out, meta, fmt)
+    print(summary(table))
+    print(f"\nwrote {len(table)} rows to {args.out}")
+    return EXIT_OK
+
+
+def scored(inputs, options, meta: dict, args):
+    """``distrank.metrics.score``; the options go into ``meta``."""
+    from distrank.metrics import score
+
+    table = score(inputs.reference, inputs.clients, inputs.models, options, device=args.device)
+    meta["options"] = options.as_dict()
+    return table
+
+
+def private(inputs, options, meta: dict, args):
+    """``--private``: ``distrank.metrics.privacy.private_scores``, its budget in ``meta``."""
+    from distrank.metrics.privacy import EPSILON_RANGE, private_scores
+
+    low, high = EPSILON_RANGE
+    if not low <= args.private <= high:  # NaN fails too
+        raise InputError(
+            f"--private: expected an epsilon in [{low:g}, {high:g}], got {args.private!r}"
+        )
+    if args.delta is None:
+        raise InputError("--private needs --delta (the delta of each client's budget)")
+    if not 0 < args.delta < 1:
+        raise InputError(f"--delta: expected a number in (0, 1), got {args.delta!r}")
+    if list(args.metrics) != ["kd"]:
+        raise InputError("--private releases KD only: add --metric kd")
+    table, budget = private_scores(
+        inputs.reference,
+        inputs.clients,
+        inputs.models,
+        options,
+        epsilon=args.private,
+        delta=args.delta,
+        device=args.device,
+    )
+    meta["options"] = options.as_dict()
+    meta["privacy"] = {
+        "mechanism": "Gaussian, per client and model (distrank.metrics.privacy)",
+        "epsilon": budget.epsilon,
+        "delta": budget.delta,
+        "n_releases": budget.n_releases,
+        "noise_multiplier": budget.noise_multiplier,
+        "epsilon_spent": budget.epsilon_spent,
+    }
+    print(
+        f"privacy: each client spent epsilon {budget.epsilon_spent:.6g} at delta "
+        f"{budget.delta:g} on {budget.n_releases} releases (noise multiplier "
+        f"{budget.noise_multiplier:.4g})\n"
+    )
+    return table
+
+
+def intervals(table, inputs, options, meta: dict, args):
+    """``--intervals N``: columns low and high (``distrank.metrics.bootstrap``)."""
+    from distrank.metrics.bootstrap import with_intervals
+
+    table = with_intervals(
+        table,
+        inputs.reference,
+        inputs.clients,
+        inputs.models,
+        options,
+        n_resamples=args.intervals,
+        confidence_level=args.confidence_level,
+        device=args.device,
+    )
+    meta["intervals"] = {
+        "method": "percentile bootstrap: reference rows within clients, generated rows "
+        "per model (distrank.metrics.bootstrap)",
+        "n_resamples": args.intervals,
+        "confidence_level": args.confidence_level,
+    }
+    return table

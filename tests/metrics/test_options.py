@@ -1,0 +1,142 @@
+"""ScoreOptions: one set of scoring defaults for the library, the CLI, the pipeline's
+schema and the Flower run config, checked once, taken by every scorer."""
+
+from __future__ import annotations
+
+import inspect
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from distrank.cli import build_parser
+from distrank.metrics import ScoreOptions, score, score_options
+from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
+from distrank.metrics.privacy import private_scores
+from distrank.metrics.reaggregate import score_partitions
+from distrank.metrics.registry import METRIC_KEYS
+from distrank.metrics.scoring import score_client
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+RNG = np.random.default_rng(19)
+
+
+def cli_defaults() -> dict:
+    args = build_parser("score").parse_args(
+        ["score", "--reference", "r.npz", "--model", "a=a.npz", "--out", "s.csv"]
+    )
+    values = {name: getattr(args, name) for name in ScoreOptions.names()}
+    values["metrics"] = tuple(values["metrics"])
+    values["kernel_params"] = dict(values["kernel_params"]) or None
+    return values
+
+
+def test_schema_cli_and_dataclass_defaults_are_one_set():
+    defaults = ScoreOptions.defaults()
+    assert defaults == ScoreOptions().as_dict() | {"metrics": METRIC_KEYS}
+    assert cli_defaults() == defaults
+    section = SCHEMA["properties"]["metrics"]
+    assert "required" not in section  # every key has a default
+    schema = {key: spec["default"] for key, spec in section["properties"].items()}
+    assert schema == {key: defaults[key] for key in schema}
+    # and every value the schema allows is one the dataclass takes
+    for key, spec in section["properties"].items():
+        for value in spec.get("enum", []):
+            assert getattr(ScoreOptions(**{key: value}), key) == value
+
+
+def test_the_flower_run_config_defaults_are_the_dataclass():
+    pytest.importorskip("flwr")
+    from distrank.flower.server import RUN_CONFIG, RunSettings
+
+    app = tomllib.loads((REPO / "src/distrank/flower/app/pyproject.toml").read_text())
+    assert app["tool"]["flwr"]["app"]["config"] == RUN_CONFIG
+    run = RunSettings.from_run_config(
+        RUN_CONFIG | {"models": "a=/a.npz", "sites": "x", "out": "/o.csv"}
+    )
+    assert run.score_options == ScoreOptions(kernel_params={})
+    assert run.score_options.as_dict() | {"kernel_params": None} == ScoreOptions().as_dict()
+
+
+def test_no_scorer_restates_a_default():
+    options = set(ScoreOptions.names())
+    for scorer in (score, score_client, score_partitions, bootstrap_scores, private_scores):
+        restated = options & set(inspect.signature(scorer).parameters)
+        assert not restated, (scorer.__name__, restated)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"metrics": ["kd", "fid"]}, "metrics: expected a non-empty subset"),
+        ({"kernel": "cosine"}, r"kernel: expected one of \('poly', 'rbf'"),
+        ({"kd_estimator": "jackknife"}, "kd_estimator: expected one of"),
+        ({"weights": "equal"}, r"weights: expected one of \('size', 'uniform'\)"),
+        ({"dtype": "float16"}, "dtype: expected one of"),
+        ({"pr_k": 0}, "pr_k: expected an integer >= 1, got 0"),
+        ({"dc_k": 2.0}, "dc_k: expected an integer >= 1"),
+        ({"n_subsets": True}, "n_subsets: expected an integer"),
+        ({"seed": -1}, "seed: expected an integer >= 0"),
+        ({"kernel_params": 2.5}, "kernel_params: expected a mapping"),
+    ],
+)
+def test_a_bad_option_is_named_at_construction(change, match):
+    with pytest.raises(ValueError, match=match):
+        ScoreOptions(**change)
+
+
+def test_options_are_normalised_and_frozen():
+    params = {"bandwidth": 2.0}
+    opts = ScoreOptions(metrics=["kd", "kd", "fd"], kernel="rbf", kernel_params=params)
+    assert opts.metrics == ("kd", "fd")
+    params["bandwidth"] = 3.0  # a copy was kept
+    assert opts.kernel_params == {"bandwidth": 2.0}
+    with pytest.raises(AttributeError):
+        opts.pr_k = 4
+    assert opts.replace(pr_k=4).pr_k == 4 and opts.pr_k == 3
+
+
+def test_a_mapping_such_as_the_pipeline_section_is_read_and_checked():
+    section = {"kernel": "poly", "kd_estimator": "biased", "weights": "uniform", "pr_k": 2}
+    opts = score_options(section, dtype="float64")
+    assert (opts.kd_estimator, opts.weights, opts.pr_k, opts.dtype) == (
+        "biased",
+        "uniform",
+        2,
+        "float64",
+    )
+    with pytest.raises(ValueError, match=r"unknown scoring option\(s\) \['pr-k'\]"):
+        score_options({"pr-k": 2})
+
+
+def test_options_and_keywords_give_the_same_table():
+    x, clients = RNG.normal(size=(60, 3)), np.repeat([0, 1, 2], 20)
+    models = {"g": RNG.normal(size=(30, 3)), "h": RNG.normal(0.5, size=(30, 3))}
+    opts = ScoreOptions(metrics=("kd", "recall"), weights="uniform", dtype="float64", pr_k=2)
+    by_options = score(x, clients, models, opts)
+    by_keywords = score(
+        x, clients, models, metrics=["kd", "recall"], weights="uniform", dtype="float64", pr_k=2
+    )
+    pd.testing.assert_frame_equal(by_options, by_keywords)
+    # a change on top of the options wins
+    unequal = np.repeat([0, 1, 2], [10, 20, 30])
+    uniform, sized = (
+        score(x, unequal, models, opts),
+        score(x, unequal, models, opts, weights="size"),
+    )
+    pooled = uniform[uniform.aggregation == "client"].pivot(
+        index=["model", "metric"], columns="client", values="value"
+    )
+    avg = sized[sized.aggregation == "avg"].set_index(["model", "metric"]).value
+    np.testing.assert_allclose(avg, pooled.to_numpy() @ np.array([10, 20, 30]) / 60, rtol=1e-12)
+    bootstrap = bootstrap_scores(
+        x, clients, models, opts.replace(metrics=("kd",)), summary=flat_summary, n_resamples=3
+    )
+    kd = by_options[by_options.metric == "kd"]
+    np.testing.assert_allclose(
+        bootstrap.point.values[0, :, 0], kd[kd.aggregation == "all"].value, rtol=1e-12
+    )
