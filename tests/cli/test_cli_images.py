@@ -251,7 +251,7 @@ def damage(root, tmp_path, kind):
         return ["--model", f"bad={bad}"], f"cannot decode image {bad / '001.png'}: "
     if kind == "empty folder":
         (bad / "sub").mkdir(parents=True)
-        return ["--model", f"bad={bad}"], f"{bad}: no .png/.jpg/.jpeg/.webp images in "
+        return ["--model", f"bad={bad}"], f"folder {bad}: no .png/.jpg/.jpeg/.webp images below it"
     if kind == "small client":
         import shutil
 

@@ -229,7 +229,7 @@ def test_folder_errors(tmp_path):
     with pytest.raises(ValueError, match="flat.png is not inside a subfolder"):
         load_source({"kind": "folder", "path": str(tmp_path), "labels_from_subfolders": True})
     with pytest.raises(
-        NotADirectoryError, match=r"^folder source: .*/nope does not exist or is not a directory$"
+        NotADirectoryError, match=r"^folder source .*/nope does not exist or is not a directory$"
     ):
         load_source({"kind": "folder", "path": str(tmp_path), "subdir": "nope"})
     (tmp_path / "empty").mkdir()

@@ -144,7 +144,7 @@ def test_a_site_error_is_a_reply(tmp_path, federation):
     request = encode_request(models, OPTIONS)
     missing = decode_reply(score_site(SiteConfig("oslo", tmp_path / "none.npz"), request))
     assert missing.site == "oslo" and missing.error == (
-        f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp_path / 'none.npz'}'"
+        f"InputError: {tmp_path / 'none.npz'}: no such file"
     )
     bad = encode_request(models, OPTIONS | {"kernel": "rbf"})
     path = tmp_path / "x.npz"

@@ -613,7 +613,7 @@ def secure_table(
     import pandas as pd
 
     from distrank.metrics.fd import GaussianStats, frechet_distances, gaussian_stats
-    from distrank.metrics.scoring import COLUMNS
+    from distrank.metrics.table import COLUMNS
 
     total = decode_sum(mean, k, plan)
     blocks, scales = _split(total, plan), plan.scales()
