@@ -237,7 +237,8 @@ def _download_with_retries(url, part: Path, *, size, retries, timeout, chunk, ba
             log.warning("download of %s failed: %s", url, err)
     raise DownloadError(
         f"could not download {url} after {retries + 1} attempts; "
-        f"last error: {failures[-1]} (partial data kept in {part} for resuming)"
+        f"last error: {failures[-1]}"
+        + (f" (partial data kept in {part} for resuming)" if part.exists() else "")
     )
 
 
