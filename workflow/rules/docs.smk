@@ -1,5 +1,5 @@
 # The figures the docs and the README show: the default study's PNGs, copied into
-# docs/figures/ and committed; tests/docs/test_figures.py checks they are current.
+# docs/figures/ and committed; tests/docs/test_docs_figures.py checks they are current.
 # Included by the Snakefile for the default study only.
 import shutil
 from pathlib import Path
