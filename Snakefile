@@ -36,6 +36,12 @@ if config.get("agreement", {}).get("enabled", False):
     include: "workflow/rules/agreement.smk"
 
 
+# The docs' figures (docs/figures/), copied from the default study only.
+if config["study"] == "default":
+
+    include: "workflow/rules/docs.smk"
+
+
 check_resources()
 
 

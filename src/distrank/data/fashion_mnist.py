@@ -90,13 +90,14 @@ def load_fashion_mnist(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Images uint8 (N, 28, 28) and labels int64 (N,) of a Fashion-MNIST split.
 
-    split : "train" (60,000), "test" (10,000) or "all" (train then test).
-    root : a directory holding the four files (``.gz`` or decompressed); when
-        given, only it is used.
-    download_dir, download : where to fetch the files when neither ``root``
-        nor the Debian package has them, and whether that is allowed.
-    verify : check the decompressed data against :data:`RAW_MD5` (turn off
-        only for files that are not the real dataset, such as test fixtures).
+    Args:
+        split: "train" (60,000), "test" (10,000) or "all" (train then test).
+        root: a directory holding the four files (``.gz`` or decompressed); when
+            given, only it is used.
+        download_dir, download: where to fetch the files when neither ``root``
+            nor the Debian package has them, and whether that is allowed.
+        verify: check the decompressed data against :data:`RAW_MD5` (turn off
+            only for files that are not the real dataset, such as test fixtures).
     """
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")

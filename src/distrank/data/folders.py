@@ -22,7 +22,7 @@ resizes every image to the network's input (:mod:`distrank.features.preprocess`)
 so a folder of mixed sizes is not an error. Rows come back with their indices, so features land
 in file order whatever the grouping.
 
-:meth:`describe` identifies an input for the feature cache
+:meth:`ImageFiles.describe` identifies an input for the feature cache
 (:func:`distrank.features.cache.cached_input_features`): the number of rows and a
 sha256 of the content (for files: the sha256 of their concatenated sha256
 digests, in row order, so renaming files keeps the identity and editing one

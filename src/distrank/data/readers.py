@@ -130,11 +130,12 @@ def read_image_folder(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Decode every image below ``path`` (recursively, sorted by relative path).
 
-    labels_from_subfolders : label each image with the name of the top-level
-        subfolder it lies in (``afhq/train/cat/x.jpg`` read from ``afhq/train``
-        gets ``'cat'``); labels are then a unicode array.
-    mode : PIL mode to convert to, "RGB" (C = 3) or "L" (C = 1).
-    max_images : read only the first ``max_images`` files of the sorted list.
+    Args:
+        labels_from_subfolders: label each image with the name of the top-level
+            subfolder it lies in (``afhq/train/cat/x.jpg`` read from ``afhq/train``
+            gets ``'cat'``); labels are then a unicode array.
+        mode: PIL mode to convert to, "RGB" (C = 3) or "L" (C = 1).
+        max_images: read only the first ``max_images`` files of the sorted list.
 
     All images must have the same size: resizing is the feature extractor's
     job, so a mismatch is an error naming the file. Hidden files and macOS

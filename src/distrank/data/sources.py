@@ -87,10 +87,11 @@ KINDS: dict[str, frozenset[str]] = {
 class ImageSet:
     """Decoded images of a source.
 
-    images : uint8 (N, H, W, C), C in {1, 3}.
-    labels : int64 (N,), or None for unlabelled sources.
-    label_names : class names, ``label_names[k]`` naming label k; None when the
-        source has integer labels without names (or no labels).
+    Attributes:
+        images: uint8 (N, H, W, C), C in {1, 3}.
+        labels: int64 (N,), or None for unlabelled sources.
+        label_names: class names, ``label_names[k]`` naming label k; None when the
+            source has integer labels without names (or no labels).
 
     Unpacks like the former return value: ``images, labels = load_source(...)``.
     """
@@ -111,9 +112,10 @@ def load_source(
 ) -> ImageSet:
     """Decode the image set that a config ``source`` entry names (see the module doc).
 
-    paths : artifact name -> local path (the downloaded file, or the directory an
-        archive was extracted to); needed for sources given by ``artifact``.
-    workers : processes that decode the files of a folder source.
+    Args:
+        paths: artifact name -> local path (the downloaded file, or the directory an
+            archive was extracted to); needed for sources given by ``artifact``.
+        workers: processes that decode the files of a folder source.
     """
     kind = source.get("kind")
     if kind not in KINDS:

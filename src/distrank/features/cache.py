@@ -317,11 +317,12 @@ def cached_input_features(
     input) and their metadata, read from the cache when a file there matches exactly,
     else extracted into it.
 
-    cache_dir : the cache folder (None: :func:`default_cache_dir`); the file is
-        :func:`cache_file` of the metadata, so each (input, extractor, options) has its own.
-    batch_size, workers : images per forward pass (default: the extractor's) and
-        decoding processes; neither changes the features beyond float rounding.
-    desc : the step's name on the progress bar.
+    Args:
+        cache_dir: the cache folder (None: :func:`default_cache_dir`); the file is
+            :func:`cache_file` of the metadata, so each (input, extractor, options) has its own.
+        batch_size, workers: images per forward pass (default: the extractor's) and
+            decoding processes; neither changes the features beyond float rounding.
+        desc: the step's name on the progress bar.
 
     The input is identified by its content digest (``image_input.describe()``), so a
     changed file recomputes. Images of different sizes are batched separately.

@@ -153,7 +153,7 @@ class Preprocessing:
         return max(height, width) <= MATRIX_MAX_SIDE
 
     def numpy(self, images: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """uint8 NHWC -> float32 NCHW (N, 3, *size), C-contiguous, on the CPU.
+        """uint8 NHWC -> float32 NCHW ``(N, 3, *size)``, C-contiguous, on the CPU.
 
         ``out``: an optional float32 C-contiguous array of that shape to write into
         (an extractor reuses one across batches: large fresh arrays cost page faults).

@@ -1,5 +1,7 @@
 """Frechet distance (FD) between Gaussian fits, with pooled statistics from client statistics.
 
+::
+
     FD(N(m1, C1), N(m2, C2)) = |m1 - m2|^2 + tr C1 + tr C2 - 2 tr (C1^1/2 C2 C1^1/2)^1/2
 
 (Dowson and Landau, "The Frechet distance between multivariate normal

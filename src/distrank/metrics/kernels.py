@@ -1,5 +1,7 @@
 """Positive-definite kernels for the kernel distance (KD), evaluated one block at a time.
 
+::
+
     poly     k(x, y) = (gamma <x, y> + coef0)^degree     default degree 3, gamma 1/d, coef0 1
     rbf      k(x, y) = exp(-|x - y|_2^2 / (2 bandwidth^2))
     laplace  k(x, y) = exp(-|x - y|_1 / bandwidth)
@@ -39,7 +41,7 @@ def poly_kernel(
 
 
 def sq_norms(x: torch.Tensor) -> torch.Tensor:
-    """|x|^2 of every row."""
+    """``|x|^2`` of every row."""
     return (x * x).sum(dim=1)
 
 
@@ -49,7 +51,7 @@ def sq_euclidean(
     x_sq: torch.Tensor | None = None,
     y_sq: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """|x - y|^2 = |x|^2 + |y|^2 - 2 <x, y> for all row pairs, clamped at 0.
+    """``|x - y|^2 = |x|^2 + |y|^2 - 2 <x, y>`` for all row pairs, clamped at 0.
 
     ``x_sq`` and ``y_sq`` are the rows' squared norms (:func:`sq_norms`), computed
     here unless given (PRDC reuses them across blocks).
@@ -62,12 +64,12 @@ def sq_euclidean(
 
 
 def rbf_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
-    """k(x, y) = exp(-|x - y|^2 / (2 bandwidth^2)) for all row pairs."""
+    """``k(x, y) = exp(-|x - y|^2 / (2 bandwidth^2))`` for all row pairs."""
     return sq_euclidean(x, y).mul_(-0.5 / bandwidth**2).exp_()
 
 
 def laplace_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
-    """k(x, y) = exp(-|x - y|_1 / bandwidth) for all row pairs."""
+    """``k(x, y) = exp(-|x - y|_1 / bandwidth)`` for all row pairs."""
     # out-of-place mul: cdist's backward reads its output (KDObjective differentiates this)
     return torch.cdist(x, y, p=1.0).mul(-1.0 / bandwidth).exp_()
 

@@ -2,7 +2,7 @@
 
 Given reference (real) features ``X`` (n rows) and generated features ``Y`` (m rows),
 let ``r_k(x)`` be the Euclidean distance from ``x`` to its k-th nearest neighbour in
-its own set, the point itself excluded, and ``B(x, r)`` the open ball (strict ``<``):
+its own set, the point itself excluded, and ``B(x, r)`` the open ball (strict ``<``)::
 
     Precision = 1/m       sum_j [ exists i: Y_j in B(X_i, r_k(X_i)) ]    (k = pr_k)
     Recall    = 1/n       sum_i [ exists j: X_i in B(Y_j, r_k(Y_j)) ]    (k = pr_k)

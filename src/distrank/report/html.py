@@ -84,11 +84,12 @@ def build_report(
 ) -> str:
     """The page (an HTML string) for a tidy score table.
 
-    meta : what ``distrank score`` records beside its table (``options`` with
-        ``weights`` and ``kd_estimator``; ``reference`` with each client's ``n``);
-        None or {} when unknown.
-    extractor : the feature network, named on the figures' axes.
-    title, source : the page title (default: from ``source``), and the table's file.
+    Args:
+        meta: what ``distrank score`` records beside its table (``options`` with
+            ``weights`` and ``kd_estimator``; ``reference`` with each client's ``n``);
+            None or {} when unknown.
+        extractor: the feature network, named on the figures' axes.
+        title, source: the page title (default: from ``source``), and the table's file.
     """
     scores = _check(scores)
     meta = dict(meta or {})
@@ -122,7 +123,7 @@ def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFra
 
     Columns: ``metric`` (key), ``verdict`` (``"safe"``, ``"exact"`` or ``"not
     guaranteed"``), ``why``, ``gap_mean`` and ``gap_range`` (mean and max - min over
-    models of avg - all), ``max_absdiff`` (max |avg - all|), ``rank_flips``
+    models of avg - all), ``max_absdiff`` (max ``|avg - all|``), ``rank_flips``
     (model pairs ordered differently), ``kendall_tau`` (tau-b of avg vs all; NaN for
     fewer than two models or ties), ``n_models``.
 

@@ -81,7 +81,7 @@ class Discriminator(nn.Module):
 
 
 def truncated_normal(n: int, dim: int, truncation: float | None, generator) -> torch.Tensor:
-    """Standard normal (n, dim), each coordinate redrawn until |z| <= ``truncation``.
+    """Standard normal (n, dim), each coordinate redrawn until ``|z| <= truncation``.
 
     ``truncation=None`` means no truncation.
     """

@@ -113,22 +113,23 @@ def generate_from_checkpoint(
     when ``code_dir`` has it, which also converts old TensorFlow pickles) or
     ``ema`` (EDM, plain ``pickle.load`` as upstream does).
 
-    pkl_path : the network pickle.
-    code_dir : the upstream source tree (the folder holding ``dnnlib/`` and
-        ``torch_utils/``), or the folder it was extracted to, whose single
-        subfolder is that tree (GitHub's ``<repo>-<commit>/``). It is put on
-        ``sys.path`` only while loading and generating; afterwards ``sys.path``
-        and the imported upstream modules are restored as they were.
-    seed : image i uses seed ``seed + i`` (see the module doc).
-    truncation_psi : StyleGAN2-ADA's truncation; 1 is none (EDM: must be 1).
-    class_idx : the class of every image of a conditional network; None draws
-        one per image, seeded.
-    device : "cuda", "cpu", ...; None picks CUDA when available.
-    trust_pickles : must be True: loading the pickle executes code from it.
-    noise_mode : StyleGAN2-ADA's per-layer noise, "const" (upstream's default),
-        "random" or "none".
-    num_steps : EDM sampler steps (18 for CIFAR-10, 40 for the 64x64 models,
-        as in the EDM paper).
+    Args:
+        pkl_path: the network pickle.
+        code_dir: the upstream source tree (the folder holding ``dnnlib/`` and
+            ``torch_utils/``), or the folder it was extracted to, whose single
+            subfolder is that tree (GitHub's ``<repo>-<commit>/``). It is put on
+            ``sys.path`` only while loading and generating; afterwards ``sys.path``
+            and the imported upstream modules are restored as they were.
+        seed: image i uses seed ``seed + i`` (see the module doc).
+        truncation_psi: StyleGAN2-ADA's truncation; 1 is none (EDM: must be 1).
+        class_idx: the class of every image of a conditional network; None draws
+            one per image, seeded.
+        device: "cuda", "cpu", ...; None picks CUDA when available.
+        trust_pickles: must be True: loading the pickle executes code from it.
+        noise_mode: StyleGAN2-ADA's per-layer noise, "const" (upstream's default),
+            "random" or "none".
+        num_steps: EDM sampler steps (18 for CIFAR-10, 40 for the 64x64 models,
+            as in the EDM paper).
     """
     pkl_path = Path(pkl_path)
     _check_arguments(pkl_path, n, seed, batch_size, noise_mode, trust_pickles)
