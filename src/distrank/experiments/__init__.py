@@ -235,7 +235,7 @@ def run_rule(rule: str, job: Job) -> None:
 def per_model(
     scores: pd.DataFrame, metrics: Sequence[str], *, difference: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per model and the per-metric rank agreement (:func:`rank_agreement`).
+    """One row per model and the per-metric rank agreement (:func:`~distrank.metrics.table.rank_agreement`).
 
     Columns: ``model``; per metric ``<M>_all``, ``<M>_avg`` and ``<M>_gap``
     (``avg - all``, ``difference="gap"``) or ``<M>_absdiff`` (``|all - avg|``); then

@@ -31,17 +31,19 @@ __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_
 class ScoreOptions:
     """What is computed and how: every option of a scoring run, with its default.
 
-    metrics: a subset of ``("kd", "fd", "precision", "recall", "density", "coverage")``.
-    kernel: KD kernel, ``"poly"``, ``"rbf"``, ``"laplace"`` or ``"linear"``.
-    kernel_params: kernel parameters (see ``kernels.make_kernel``); an rbf/laplace
-        bandwidth not given is the median heuristic on the pooled reference.
-    kd_estimator: ``"unbiased"`` (U-statistic), ``"biased"`` (V-statistic), both on
-        the full samples, or ``"subsets"`` (KID: ``n_subsets`` x ``subset_size``).
-    seed: of the subsets and of the median heuristic.
-    weights: lambda_i of ``avg``: ``"size"`` (n_i / n) or ``"uniform"`` (1 / k).
-    pr_k: k of Precision and Recall; dc_k: k of Density and Coverage.
-    dtype: KD and PRDC products in ``"float32"`` (sums in float64) or ``"float64"``;
-        FD statistics are always float64.
+    Attributes:
+        metrics: a subset of ``("kd", "fd", "precision", "recall", "density", "coverage")``.
+        kernel: KD kernel, ``"poly"``, ``"rbf"``, ``"laplace"`` or ``"linear"``.
+        kernel_params: kernel parameters (see ``kernels.make_kernel``); an rbf/laplace
+            bandwidth not given is the median heuristic on the pooled reference.
+        kd_estimator: ``"unbiased"`` (U-statistic), ``"biased"`` (V-statistic), both on
+            the full samples, or ``"subsets"`` (KID: ``n_subsets`` x ``subset_size``).
+        seed: of the subsets and of the median heuristic.
+        weights: lambda_i of ``avg``: ``"size"`` (n_i / n) or ``"uniform"`` (1 / k).
+        pr_k: k of Precision and Recall.
+        dc_k: k of Density and Coverage.
+        dtype: KD and PRDC products in ``"float32"`` (sums in float64) or ``"float64"``;
+            FD statistics are always float64.
 
     Construction checks every value (a ``ValueError`` names the option).
     """

@@ -2,7 +2,7 @@
 
 Every scorer of the package (``metrics.score``, ``private_scores``, the pipeline's
 client and centralized score files, the Flower server) gives one table with the
-columns :data:`COLUMNS`:
+columns :data:`COLUMNS`::
 
     model        the model's name
     metric       a metric key (``kd``, ``fd``, ..., and ``kd_std`` for KID subsets)
