@@ -204,22 +204,21 @@ def e1_figure(table: pd.DataFrame, extractor: str, *, kd: str = "kd", fd: str = 
                         zorder=2,
                         label=f"rank flip ({len(pairs)} pairs)" if k == 0 else None,
                     )
-            ax.scatter(
-                x,
-                y,
-                s=16,
-                color="tab:blue",
-                edgecolor="white",
-                linewidth=0.4,
-                zorder=3,
-                label=f"model ({len(x)})",
-            )
+            _model_points(ax, x, y)
             ax.set_xlabel(metric_label(metric, extractor, "all"))
             ax.set_ylabel(metric_label(metric, extractor, "avg"))
             ax.legend(loc="upper left")
         axes[0, 0].set_title("(a) Kernel distance", loc="left")
         axes[0, 1].set_title("(b) Fréchet distance", loc="left")
     return fig
+
+
+def _model_points(ax, x, y) -> None:
+    """One point per model, over the lines of the E1 and E6 panels."""
+    ax.scatter(
+        x, y, s=16, color="tab:blue", edgecolor="white", linewidth=0.4, zorder=3,
+        label=f"model ({len(x)})",
+    )  # fmt: skip
 
 
 def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC) -> Figure:
@@ -240,16 +239,7 @@ def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC
             pad = 0.08 * (hi - lo if hi > lo else 1.0)
             lims = (lo - pad, hi + pad)
             ax.plot(lims, lims, color="0.5", lw=0.8, ls="--", zorder=1, label="avg = all")
-            ax.scatter(
-                x,
-                y,
-                s=16,
-                color="tab:blue",
-                edgecolor="white",
-                linewidth=0.4,
-                zorder=3,
-                label=f"model ({len(x)})",
-            )
+            _model_points(ax, x, y)
             ax.set_xlim(lims)
             ax.set_ylim(lims)
             ax.set_xlabel(metric_label(metric, extractor, "all"))
