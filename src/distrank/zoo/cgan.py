@@ -2,7 +2,9 @@
 
 Generator: (z, an embedding of the class) -> 7x7 -> 14x14 -> 28x28, batch-normed
 transposed convolutions, tanh output. Discriminator: three convolutions with spectral
-normalisation and a projection head for the class (Miyato & Koyama, 2018). Trained with
+normalisation, a minibatch standard-deviation feature (Karras et al., 2018: it lets the
+discriminator see a collapsed batch, so the generator keeps using its latent) and a
+projection head for the class (Miyato & Koyama, 2018). Trained with
 the hinge loss and Adam at two time scales. Sampling draws z from a normal truncated to
 ``[-truncation, truncation]`` per coordinate (Brock et al., 2019): a lower truncation
 trades diversity for fidelity, the knob the paper's variance-limited experiments turn.
@@ -30,6 +32,7 @@ from distrank.zoo.families import (
 __all__ = [
     "Generator",
     "Discriminator",
+    "minibatch_std",
     "truncated_normal",
     "train_step",
     "train_cgan",
@@ -71,13 +74,25 @@ class Discriminator(nn.Module):
             nn.Flatten(),
         )
         features = 2 * width * (side // 4) ** 2
-        self.out = spectral_norm(nn.Linear(features, 1))
+        self.out = spectral_norm(nn.Linear(features + 1, 1))
         self.embed = spectral_norm(nn.Embedding(n_classes, features))
 
     def forward(self, x, y):
         h = self.net(x)
         # Projection head: unconditional score plus <class embedding, features>.
-        return self.out(h).squeeze(1) + (self.embed(y) * h).sum(dim=1)
+        scores = self.out(torch.cat([h, minibatch_std(h)], dim=1)).squeeze(1)
+        return scores + (self.embed(y) * h).sum(dim=1)
+
+
+def minibatch_std(h: torch.Tensor, group: int = 4) -> torch.Tensor:
+    """(N, 1): the mean over features of their standard deviation within each group of
+    ``group`` consecutive rows (one group when N is not a multiple), given to every row
+    of the group. Training passes real and fake rows in separate halves of a multiple of
+    ``group``, so no group mixes them."""
+    n = len(h)
+    group = group if n % group == 0 else n
+    spread = h.view(n // group, group, -1).var(dim=1, unbiased=False).add(1e-8).sqrt()
+    return spread.mean(dim=1).repeat_interleave(group).unsqueeze(1)
 
 
 def truncated_normal(n: int, dim: int, truncation: float | None, generator) -> torch.Tensor:
