@@ -69,3 +69,21 @@ def test_metric_names_follow_the_extractor(metric, extractor, expected):
 def test_new_figure_rejects_unknown_width():
     with pytest.raises(ValueError, match=r"^width must be 'single', 'double' or inches"):
         new_figure(width="triple")
+
+
+def test_samples_grid_puts_each_models_first_image_of_each_class_in_its_cell():
+    from distrank.figures import samples_grid
+
+    labels = np.array([2, 0, 2, 1])
+    images = np.stack([np.full((4, 4), 10 * (i + 1), np.uint8) for i in range(4)])
+    dropped = (images[:2], np.array([0, 0]))  # classes 1 and 2 dropped
+    fig = samples_grid({"a": (images, labels), "b": dropped}, [0, 1, 2], ["x", "y", "z"])
+    ax = fig.axes[0]
+    grid = np.asarray(ax.get_images()[0].get_array())
+    assert grid.shape == (8, 12, 3)
+    cell = lambda r, c: grid[4 * r : 4 * r + 4, 4 * c : 4 * c + 4]  # noqa: E731
+    # model a: class 0 is row 1 (20), class 1 row 3 (40), class 2 row 0 (10)
+    assert [int(cell(0, c).min()) for c in range(3)] == [20, 40, 10]
+    assert int(cell(1, 0).max()) == 10 and (cell(1, 1) == 255).all() and (cell(1, 2) == 255).all()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y", "z"]

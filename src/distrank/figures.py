@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,6 +46,7 @@ __all__ = [
     "save",
     "e1_figure",
     "e6_figure",
+    "samples_grid",
 ]
 
 SINGLE_COLUMN_IN = 3.5
@@ -249,3 +250,45 @@ def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC
             )
             ax.legend(loc="best")  # points may sit anywhere off the diagonal
     return fig
+
+
+def samples_grid(
+    samples: Mapping[str, tuple[np.ndarray, np.ndarray | None]],
+    classes: Sequence[int],
+    class_names: Sequence[str] | None = None,
+) -> Figure:
+    """One row per model (``samples``: name -> (uint8 images (N, H, W[, C]), labels or
+    None)), one column per class of ``classes``: the model's first image of that class,
+    blank where it has none (a dropped mode); unlabelled models show their first
+    images. Columns are titled by ``class_names`` (indexed by class) when given."""
+    side = next(iter(samples.values()))[0].shape[1]
+    rows = []
+    for images, labels in samples.values():
+        picks = [
+            np.flatnonzero(labels == c)[:1] if labels is not None else [i]
+            for i, c in enumerate(classes)
+        ]
+        cells = [
+            _rgb(images[p[0]]) if len(p) and p[0] < len(images) else np.full((side, side, 3), 255)
+            for p in picks
+        ]
+        rows.append(np.concatenate(cells, axis=1))
+    with paper_style():
+        width = DOUBLE_COLUMN_IN
+        fig, axes = new_figure(width=width, height=width * len(rows) / len(classes) + 0.5)
+        ax = axes[0, 0]
+        ax.imshow(np.concatenate(rows).astype(np.uint8), interpolation="nearest")
+        ax.set_yticks([side * (i + 0.5) for i in range(len(rows))], list(samples))
+        names = [class_names[c] if class_names else str(c) for c in classes]
+        ax.set_xticks([side * (i + 0.5) for i in range(len(classes))], names, rotation=30)
+        ax.tick_params(length=0)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    return fig
+
+
+def _rgb(image: np.ndarray) -> np.ndarray:
+    """(H, W) or (H, W, 1) grey, or (H, W, 3) colour, as (H, W, 3)."""
+    if image.ndim == 3 and image.shape[2] == 3:
+        return image
+    return np.repeat(image.reshape(image.shape[:2] + (1,)), 3, axis=2)

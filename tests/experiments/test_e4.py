@@ -6,6 +6,7 @@ against numpy's argmin/argmax of the same curves.
 """
 
 import numpy as np
+import pandas as pd
 import pytest
 from experiments_testkit import clustered_clients, fd_scipy
 
@@ -15,6 +16,7 @@ from distrank.experiments.e4_diversity_sweep import (
     e4_figure,
     e4_samples_figure,
     e4_table,
+    mean_curves,
     partition_classes,
     pull_to_class_means,
     sweep_inputs,
@@ -70,6 +72,7 @@ def test_sweep_models_and_what_e4_scores():
         "family": "guided",
         "knob": "guidance",
         "value": 2.0,
+        "seed": 0,
         "decreasing": True,
         "spec": {"kind": "diffusion", "guidance": 2},
     }
@@ -148,18 +151,54 @@ def test_fd_avg_prefers_less_diversity_on_variance_limited_clients(sweep):
     """Theorem 2 on one-cluster clients: FD_avg's argmin lies at lower diversity than
     FD_all's (tau < 1; more guidance), which sits at the real spread."""
     *_, models, scores = sweep
-    check = theorem2_check(e4_table(e4_curves(scores, models)), models).set_index("family")
+    check = theorem2_check(e4_curves(scores, models), models).set_index("family")
     assert check.loc["simulated", "best_all"] == check.loc["guided", "best_all"] == 1.0
     assert check.loc["simulated", "best_avg"] < 1.0
     assert check.loc["guided", "best_avg"] > 1.0
     assert (check["avg_vs_all"] == "less diverse").all()
+    assert list(check["seeds_less"]) == [1, 1]
     assert list(check["diversity"]) == ["increasing", "decreasing"]
+    # Pulling to the class means shrinks every cluster: recall falls, precision rises.
+    assert check.loc["simulated", "rho_recall"] > 0.9
+
+
+def test_seeds_name_the_models_and_the_table_counts_each_seeds_argmin():
+    models = sweep_models({**SETTINGS, "seeds": 3})
+    assert [n for n in models if n.startswith("e4-guided-2")] == [
+        "e4-guided-2-s0",
+        "e4-guided-2-s1",
+        "e4-guided-2-s2",
+    ]
+    assert [models[n]["seed"] for n in models if n.startswith("e4-guided-2")] == [0, 1, 2]
+    assert [n for n in models if n.startswith("e4-simulated-1-")] == ["e4-simulated-1-s0"]
+    # FD curves (x - c)^2 with their argmin c per seed and aggregation: all's at knob 2,
+    # avg's at 1 in seeds 0 and 1 (less diverse) and at 3 in seed 2 (more diverse).
+    values, rows = [1.0, 2.0, 3.0, 4.0], []
+    for seed, c_avg in enumerate([1.0, 1.0, 3.0]):
+        for agg, c in (("all", 2.0), ("avg", c_avg)):
+            for v in values:
+                rows.append(("f", "t", v, seed, "FD", agg, (v - c) ** 2))
+                rows.append(("f", "t", v, seed, "Recall", agg, v / 10))
+                rows.append(("f", "t", v, seed, "Precision", agg, 1 - v**2 / 20))
+    curves = pd.DataFrame(
+        rows, columns=["family", "knob", "value", "seed", "metric", "aggregation", "score"]
+    )
+    models = {f"m{v}-{s}": {"family": "f", "decreasing": False} for v in values for s in range(3)}
+    check = theorem2_check(curves, models).iloc[0]
+    assert (check.seeds_less, check.seeds_same, check.seeds_more) == (2, 0, 1)
+    assert check.avg_vs_all == "within seed noise"
+    # mean avg curve: ((v-1)^2 * 2 + (v-3)^2) / 3 is least at v = 5/3 -> knob 2 of the grid
+    assert (check.best_all, check.best_avg) == (2.0, 2.0)
+    assert (check.rho_recall, check.rho_precision) == (1.0, -1.0)
+    table = e4_table(curves).set_index(["metric", "aggregation"])
+    assert table.loc[("FD", "avg"), ["seed_best_min", "seed_best_max"]].tolist() == [1.0, 3.0]
+    assert table.loc[("Recall", "all"), "interior"] == False  # noqa: E712 (numpy bool)
 
 
 def test_figures(sweep):
     *_, models, scores = sweep
     curves = e4_curves(scores, models)
-    fig = e4_figure(curves, e4_table(curves), "efficientnet_lite0")
+    fig = e4_figure(mean_curves(curves), e4_table(curves), "efficientnet_lite0")
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert len(panels) == 6
     assert panels[0].get_ylabel().startswith("KD") and panels[0].get_xlabel() == "knob value"

@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from distrank.training.fedavg import train_cgan_central, train_cgan_fedavg, zoo_defaults
-from distrank.training.federated import Shard, average_states, client_seed, client_shards
+from distrank.training.federated import (
+    Shard,
+    average_states,
+    client_seed,
+    client_shards,
+    momentum_step,
+)
 from distrank.training.resume import Checkpoints
 from distrank.zoo import load_state, sample, torch_session
 from distrank.zoo.cgan import Discriminator, Generator, train_cgan, train_step
@@ -152,3 +158,35 @@ def test_argument_checks(toy):
         )
     with pytest.raises(ValueError, match=r"^rounds: expected an integer >= 1"):
         train_cgan_fedavg([shard], seed=0, rounds=0, local_steps=1, checkpoint_dir="unused")
+
+
+def test_momentum_step_is_fedavgm():
+    """v1 = avg1 - w0, w1 = w0 + v1; v2 = beta v1 + (avg2 - w1), w2 = w1 + v2; the
+    buffer (not in names) takes the average."""
+    w0 = {"p": torch.tensor([0.0, 1.0]), "buf": torch.tensor([5.0])}
+    avg1 = {"p": torch.tensor([1.0, 1.0]), "buf": torch.tensor([6.0])}
+    w1, v1 = momentum_step(w0, avg1, None, 0.9, ["p"])
+    assert w1["p"].tolist() == [1.0, 1.0] and v1["p"].tolist() == [1.0, 0.0]
+    avg2 = {"p": torch.tensor([1.5, 0.0]), "buf": torch.tensor([7.0])}
+    w2, v2 = momentum_step(w1, avg2, v1, 0.9, ["p"])
+    assert v2["p"].tolist() == pytest.approx([0.5 + 0.9, -1.0])
+    assert w2["p"].tolist() == pytest.approx([2.4, 0.0])
+    assert w2["buf"].tolist() == [7.0] and set(v2) == {"p"}
+
+
+def test_server_momentum_starts_as_fedavg_then_differs(toy, toy_clients, tmp_path):
+    images, labels = toy
+    shards = client_shards(images, labels, toy_clients)
+    kwargs = {"seed": 0, "local_steps": 1, "batch_size": 8, "threads": 1, **NET}
+    plain = train_cgan_fedavg(shards, rounds=3, checkpoint_dir=tmp_path / "p", **kwargs)
+    kwargs["server_momentum"] = 0.5
+    whole = train_cgan_fedavg(shards, rounds=3, checkpoint_dir=tmp_path / "w", **kwargs)
+    # round 1 starts with no velocity: the same as plain FedAvg; then it differs
+    assert all(torch.equal(v, plain[0]["generator"][k]) for k, v in whole[0]["generator"].items())
+    assert any(
+        not torch.equal(v, plain[2]["generator"][k]) for k, v in whole[2]["generator"].items()
+    )
+    with pytest.raises(ValueError, match=r"^server_momentum: expected a number in \[0, 1\)"):
+        train_cgan_fedavg(
+            shards, rounds=1, checkpoint_dir=tmp_path / "x", **{**kwargs, "server_momentum": 1}
+        )

@@ -33,12 +33,12 @@ SCRIPT = textwrap.dedent("""
         images[i, 2 * c:2 * c + 8] += 200
     clients = np.select([labels <= 4, labels <= 6], [0, 1], 2)
     net = {"z_dim": 8, "width": 8}
-    if trainer == "fedavg_cgan":
+    if trainer in ("fedavg_cgan", "fedavgm_cgan"):
         from distrank.training.federated import client_shards
         from distrank.training.fedavg import train_cgan_fedavg
         states = train_cgan_fedavg(client_shards(images, labels, clients), seed=0, rounds=ROUNDS,
                                    local_steps=1, batch_size=8, checkpoint_dir=folder,
-                                   threads=1, **net)
+                                   threads=1, server_momentum=0.5 * (trainer[6] == "m"), **net)
     else:
         from distrank.metrics.kernels import make_kernel
         from distrank.training.mmd import finetune_mmd
@@ -74,6 +74,7 @@ def sha256(path: Path) -> str:
     "trainer",
     [
         "fedavg_cgan",
+        "fedavgm_cgan",  # FedAvgM: the server's velocity is in the resume state
         pytest.param("mmd_fedavg", marks=pytest.mark.slow),  # ~25 s each on 2 busy cores
         pytest.param("mmd_fedsgd", marks=pytest.mark.slow),
     ],

@@ -7,13 +7,14 @@ rule train_generator:
     input:
         f"{RESULTS}/images/reference.npz",
     output:
-        f"{RESULTS}/zoo/{{family}}.pt",
+        state=f"{RESULTS}/zoo/{{family}}.pt",
+        provenance=f"{RESULTS}/zoo/{{family}}.json",
     log:
         f"{LOGS}/train_generator/{{family}}.log",
     benchmark:
         f"{BENCH}/train_generator/{{family}}.tsv"
     wildcard_constraints:
-        family=one_of(zoo.FAMILIES),
+        family=one_of(TRAINED),
     conda:
         "../../envs/torch.yaml"
     threads: res("train_generator", "threads")
@@ -22,10 +23,38 @@ rule train_generator:
         runtime=res("train_generator", "runtime"),
     params:
         family=lambda wc: wc.family,
-        settings=lambda wc: config["zoo"][wc.family],
+        settings=lambda wc: TRAINED[wc.family],
         seed=config["seed"],
+        images=config["reference"],
     script:
         "../../scripts/train_generator.py"
+
+
+# A shipped checkpoint (zoo.<family>.pretrained) enters the DAG only through its
+# sha256 pin; it is never retrained.
+rule pretrained_generator:
+    input:
+        lambda wc: PRETRAINED[wc.family]["pretrained"],
+    output:
+        f"{RESULTS}/zoo/{{family}}.pt",
+    log:
+        f"{LOGS}/pretrained_generator/{{family}}.log",
+    wildcard_constraints:
+        family=one_of(PRETRAINED),
+    conda:
+        "../../envs/core.yaml"
+    localrule: True
+    params:
+        sha256=lambda wc: PRETRAINED[wc.family]["sha256"],
+    script:
+        "../../scripts/pretrained_generator.py"
+
+
+# The generators trained in the DAG with their provenance (configs/zoo-pretrain.yaml:
+# the checkpoints the default study ships in pretrained/).
+rule pretrain:
+    input:
+        expand(f"{RESULTS}/zoo/{{family}}.{{ext}}", family=TRAINED, ext=["pt", "json"]),
 
 
 rule generate:

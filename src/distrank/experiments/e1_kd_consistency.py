@@ -20,12 +20,13 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from distrank.experiments import Outputs, collected, per_model, zoo_scores
-from distrank.figures import e1_figure
+from distrank.figures import e1_figure, samples_grid
 from distrank.metrics.registry import display
 
-__all__ = ["e1_table", "e1_figure", "run"]
+__all__ = ["e1_table", "e1_figure", "e1_samples", "run"]
 
 TABLES = ("", "_agreement")
+FIGURES = ("", "_samples")
 
 
 scores = zoo_scores
@@ -33,9 +34,27 @@ scores = zoo_scores
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     table, agreement = e1_table(collected(inputs, context))
-    return Outputs(
-        {"": table, "_agreement": agreement}, {"": e1_figure(table, context["extractor"])}
-    )
+    figures = {
+        "": e1_figure(table, context["extractor"]),
+        "_samples": samples_grid(*e1_samples(inputs["images"], inputs["reference"])),
+    }
+    return Outputs({"": table, "_agreement": agreement}, figures)
+
+
+def e1_samples(image_files: Sequence, reference) -> tuple[dict, list[int], list[str] | None]:
+    """What :func:`distrank.figures.samples_grid` draws for E1: every model's images
+    and labels (by its ``model_<name>.npz`` file name), the reference's classes and
+    their names (first ten images of each model when the reference has no labels)."""
+    from distrank.data.images import load_image_meta, load_images
+
+    _, ref_labels = load_images(reference)
+    classes = list(range(10)) if ref_labels is None else sorted(set(ref_labels.tolist()))
+    samples = {}
+    for path in image_files:
+        name = str(path).rsplit("/", 1)[-1].removeprefix("model_").removesuffix(".npz")
+        images, labels = load_images(path)
+        samples[name] = (images, None if ref_labels is None else labels)
+    return samples, classes, load_image_meta(reference).get("label_names")
 
 
 def e1_table(

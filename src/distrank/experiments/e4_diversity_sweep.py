@@ -10,12 +10,16 @@ real features pulled toward their class means in feature space (no network),
 
 For every knob value, metric and aggregation the score is read from the pipeline's
 scoring (clients score locally, the server averages; the pool is scored centrally),
-and the table gives the best knob (argmin for distances, argmax for PRDC). Theorem 1
+and the table gives the best knob (argmin for distances, argmax for PRDC) of the
+curve averaged over ``seeds`` sampling seeds, and the spread of each seed's best knob.
+Theorem 1
 makes the KD gap the same for every model, so KD_all and KD_avg pick the same knob;
 Theorem 2 predicts that on variance-limited clients FD_avg, minimised by the
 Wasserstein barycenter of the client Gaussians (no between-client spread), prefers
 *less* diversity than FD_all, minimised by the pooled Gaussian
-(paper.md, "Facts derived from the theory").
+(paper.md, "Facts derived from the theory"): the per-family table says whether it
+does in every seed (beyond seed noise), and how Precision and Recall follow the knob
+(Spearman rank correlation with its diversity, as they do for BigGAN's truncation).
 
 Generated families sample only the classes that the clients hold (balanced), so that
 the knob, not the missing classes, is what the scores see; the simulated family uses
@@ -44,6 +48,7 @@ __all__ = [
     "write_sweep",
     "e4_curves",
     "e4_table",
+    "mean_curves",
     "theorem2_check",
     "e4_figure",
     "e4_samples_figure",
@@ -59,6 +64,8 @@ SIMULATED = "simulated"
 FAMILY_KINDS = ("cgan", "vae", "diffusion", "noise", "blur", "checkpoint", SIMULATED)
 #: Keys of a family that describe the sweep; the rest is the spec of its models.
 _SWEEP_KEYS = ("knob", "values", "diversity")
+#: The curve keys of one sweep: a family's scores of one metric and aggregation.
+_CURVE = ["family", "metric", "aggregation"]
 
 
 def check(settings: Mapping, config: Mapping) -> None:
@@ -81,19 +88,26 @@ def check(settings: Mapping, config: Mapping) -> None:
 
 
 def sweep_models(settings: Mapping) -> dict[str, dict]:
-    """Every model of the sweep: ``e4-<family>-<value>`` -> ``{family, knob, value,
-    decreasing, spec}``; ``spec`` is the family's model spec with the knob set."""
+    """Every model of the sweep: ``e4-<family>-<value>`` (``-s<seed>`` appended when
+    ``settings`` has ``seeds`` > 1) -> ``{family, knob, value, seed, decreasing,
+    spec}``; ``spec`` is the family's model spec with the knob set. The simulated
+    family has no randomness: it has seed 0 only."""
+    n_seeds = settings.get("seeds", 1)
     models = {}
     for family, fam in settings["families"].items():
         base = {k: v for k, v in fam.items() if k not in _SWEEP_KEYS}
+        seeds = range(1 if base["kind"] == SIMULATED else n_seeds)
         for value in fam["values"]:
-            models[f"e4-{family}-{value:g}"] = {
-                "family": family,
-                "knob": fam["knob"],
-                "value": float(value),
-                "decreasing": fam.get("diversity", "increasing") == "decreasing",
-                "spec": {**base, fam["knob"]: value} if base["kind"] != SIMULATED else base,
-            }
+            for seed in seeds:
+                name = f"e4-{family}-{value:g}" + (f"-s{seed}" if n_seeds > 1 else "")
+                models[name] = {
+                    "family": family,
+                    "knob": fam["knob"],
+                    "value": float(value),
+                    "seed": seed,
+                    "decreasing": fam.get("diversity", "increasing") == "decreasing",
+                    "spec": {**base, fam["knob"]: value} if base["kind"] != SIMULATED else base,
+                }
     return models
 
 
@@ -161,7 +175,8 @@ def write_sweep(
     and ``code_<family>`` (a published network), ``heldout`` (held-out images) and
     ``heldout_features`` (for the simulated family) as the families need;
     ``outputs`` maps each model to its ``images`` (image families) and ``features``
-    paths. Every knob value of a family uses the same seed (shared latents).
+    paths. Every knob value of a family uses the same seed (shared latents): ``seed``
+    plus the model's sampling seed.
     """
     from distrank import zoo
     from distrank._io import atomic_path
@@ -192,7 +207,7 @@ def write_sweep(
             labels = None if classes is None else np.resize(np.asarray(classes), n_samples)
             knobs = {k: v for k, v in spec.items() if k != "kind"}
             images, labels = zoo.sample(
-                state, n_samples, seed=seed, labels=labels, threads=threads, **knobs
+                state, n_samples, seed=seed + model["seed"], labels=labels, threads=threads, **knobs
             )
         else:
             own = {
@@ -203,7 +218,7 @@ def write_sweep(
             images, labels = zoo.make_images(
                 spec,
                 n_samples,
-                seed=seed,
+                seed=seed + model["seed"],
                 inputs=own,
                 batch_size=batch_size,
                 device=device,
@@ -248,9 +263,9 @@ STEPS = {"e4_sweep_models": sweep_centralized}
 def e4_curves(
     scores: pd.DataFrame, models: Mapping[str, Mapping], metrics: Sequence[str] = METRIC_KEYS
 ) -> pd.DataFrame:
-    """Every score of the sweep: ``family, knob, value, metric, aggregation, score``
-    (metric display names; aggregations ``all`` and ``avg``), ordered by family (as in
-    ``models``), metric, aggregation and knob value. ``models`` is
+    """Every score of the sweep: ``family, knob, value, seed, metric, aggregation,
+    score`` (metric display names; aggregations ``all`` and ``avg``), ordered by
+    family (as in ``models``), metric, aggregation, seed and knob value. ``models`` is
     :func:`sweep_models`."""
     check_scores(scores, metrics)
     rows = scores[
@@ -263,7 +278,7 @@ def e4_curves(
         raise ValueError(f"scores have no rows for the sweep models {missing}")
     info = pd.DataFrame(
         [
-            {"model": name, "family": m["family"], "knob": m["knob"], "value": m["value"]}
+            {"model": name, **{k: m[k] for k in ("family", "knob", "value", "seed")}}
             for name, m in models.items()
         ]
     )
@@ -272,55 +287,95 @@ def e4_curves(
     families = list(dict.fromkeys(info["family"]))
     out["family"] = pd.Categorical(out["family"], families, ordered=True)
     out["metric"] = pd.Categorical(out["metric"], list(metrics), ordered=True)
-    out = out.sort_values(["family", "metric", "aggregation", "value"]).reset_index(drop=True)
+    out = out.sort_values(_CURVE + ["seed", "value"]).reset_index(drop=True)
     out["family"] = out["family"].astype(str)
     out["metric"] = out["metric"].map(display).astype(str)
-    return out[["family", "knob", "value", "metric", "aggregation", "score"]]
+    return out[["family", "knob", "value", "seed", "metric", "aggregation", "score"]]
+
+
+def mean_curves(curves: pd.DataFrame) -> pd.DataFrame:
+    """:func:`e4_curves` averaged over the seeds: ``family, knob, value, metric,
+    aggregation, score``, in the same order."""
+    keys = _CURVE + ["knob", "value"]
+    return curves.groupby(keys, sort=False, as_index=False)["score"].mean()[
+        ["family", "knob", "value", "metric", "aggregation", "score"]
+    ]
+
+
+def _best(scores_: np.ndarray, higher: bool) -> int:
+    """Index of the best score (the first among ties)."""
+    return int(np.argmax(scores_) if higher else np.argmin(scores_))
 
 
 def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per family, metric and aggregation: the best knob value (argmin for distances,
-    argmax for PRDC; the lowest knob value among ties) and the score there. Columns
-    ``family, knob, metric, aggregation, best_value, best_score, n_values``."""
+    """Per family, metric and aggregation: the best knob value of the seed-averaged
+    curve (argmin for distances, argmax for PRDC; the lowest knob value among ties),
+    the score there, the lowest and highest of the seeds' own best values, and whether
+    the best value is ``interior`` (not an end of the grid). Columns ``family, knob,
+    metric, aggregation, best_value, best_score, seed_best_min, seed_best_max,
+    interior, n_values, n_seeds``."""
     higher = {display(k): v for k, v in HIGHER_IS_BETTER.items()}
     rows = []
-    for (family, metric, agg), group in curves.groupby(
-        ["family", "metric", "aggregation"], sort=False
-    ):
-        group = group.sort_values("value")
-        scores_ = group["score"].to_numpy(float)
-        best = int(np.argmax(scores_) if higher[metric] else np.argmin(scores_))
+    for (family, metric, agg), group in curves.groupby(_CURVE, sort=False):
+        mean = group.groupby("value")["score"].mean()
+        best = _best(mean.to_numpy(float), higher[metric])
+        per_seed = [
+            float(g["value"].iloc[_best(g["score"].to_numpy(float), higher[metric])])
+            for _, g in group.sort_values("value").groupby("seed")
+        ]
         rows.append(
             {
                 "family": family,
                 "knob": group["knob"].iloc[0],
                 "metric": metric,
                 "aggregation": agg,
-                "best_value": float(group["value"].iloc[best]),
-                "best_score": float(scores_[best]),
-                "n_values": len(group),
+                "best_value": float(mean.index[best]),
+                "best_score": float(mean.iloc[best]),
+                "seed_best_min": min(per_seed),
+                "seed_best_max": max(per_seed),
+                "interior": 0 < best < len(mean) - 1,
+                "n_values": len(mean),
+                "n_seeds": len(per_seed),
             }
         )
     return pd.DataFrame(rows)
 
 
 def theorem2_check(
-    table: pd.DataFrame, models: Mapping[str, Mapping], metric: str = "FD"
+    curves: pd.DataFrame, models: Mapping[str, Mapping], metric: str = "FD"
 ) -> pd.DataFrame:
-    """Per family: where ``<metric>_all`` and ``<metric>_avg`` are best, and whether
-    avg's best lies at lower diversity (Theorem 2's prediction for FD), equal, or
-    higher. Diversity grows with the knob unless the family says ``diversity:
-    decreasing`` (guidance). Columns ``family, knob, diversity, best_all, best_avg,
-    score_all, score_avg, avg_vs_all`` (``"less diverse"``, ``"same"``, ``"more
-    diverse"``)."""
+    """Per family: where ``<metric>_all`` and ``<metric>_avg`` are best (on the
+    seed-averaged curves), in how many seeds avg's best knob lies at lower diversity
+    than all's (Theorem 2's prediction for FD), at the same or at higher, and the
+    verdict: ``"less diverse"``, ``"same"`` or ``"more diverse"`` when every seed
+    agrees, else ``"within seed noise"``. Diversity grows with the knob unless the
+    family says ``diversity: decreasing`` (guidance). ``rho_recall`` and
+    ``rho_precision`` are the Spearman rank correlations of the knob's diversity with
+    the seed-averaged Recall_all and Precision_all (NaN without those metrics).
+
+    Columns ``family, knob, diversity, best_all, best_avg, interior, seeds_less,
+    seeds_same, seeds_more, avg_vs_all, rho_recall, rho_precision``."""
+    from scipy.stats import spearmanr
+
     decreasing = {m["family"]: m["decreasing"] for m in models.values()}
-    best = table[table["metric"] == metric].set_index(["family", "aggregation"])
+    table = e4_table(curves[curves["metric"] == metric]).set_index(["family", "aggregation"])
+    seeds = e4_table_per_seed(curves[curves["metric"] == metric])
+    mean = mean_curves(curves[curves["aggregation"] == "all"])
     rows = []
-    for family in dict.fromkeys(table["family"]):
-        b_all, b_avg = best.loc[(family, "all")], best.loc[(family, "avg")]
-        shift = np.sign(b_avg["best_value"] - b_all["best_value"])
-        if decreasing[family]:
-            shift = -shift
+    for family in dict.fromkeys(curves["family"]):
+        sign = -1 if decreasing[family] else 1
+        b_all, b_avg = table.loc[(family, "all")], table.loc[(family, "avg")]
+        shifts = sign * np.sign(seeds.loc[family, "avg"] - seeds.loc[family, "all"])
+        counts = {k: int((shifts == v).sum()) for k, v in (("less", -1), ("same", 0), ("more", 1))}
+        verdict = [k for k, n in counts.items() if n == len(shifts)]
+        rho = {}
+        for name in ("Recall", "Precision"):
+            curve = mean[(mean["family"] == family) & (mean["metric"] == name)]
+            rho[name] = (
+                float(spearmanr(sign * curve["value"], curve["score"]).statistic)
+                if len(curve)
+                else float("nan")
+            )
         rows.append(
             {
                 "family": family,
@@ -328,19 +383,39 @@ def theorem2_check(
                 "diversity": "decreasing" if decreasing[family] else "increasing",
                 "best_all": b_all["best_value"],
                 "best_avg": b_avg["best_value"],
-                "score_all": b_all["best_score"],
-                "score_avg": b_avg["best_score"],
-                "avg_vs_all": {-1: "less diverse", 0: "same", 1: "more diverse"}[shift],
+                "interior": bool(b_all["interior"] and b_avg["interior"]),
+                "seeds_less": counts["less"],
+                "seeds_same": counts["same"],
+                "seeds_more": counts["more"],
+                "avg_vs_all": {"less": "less diverse", "same": "same", "more": "more diverse"}[
+                    verdict[0]
+                ]
+                if verdict
+                else "within seed noise",
+                "rho_recall": rho["Recall"],
+                "rho_precision": rho["Precision"],
             }
         )
     return pd.DataFrame(rows)
+
+
+def e4_table_per_seed(curves: pd.DataFrame) -> pd.Series:
+    """The best knob value of every (family, aggregation, seed) curve of one distance
+    metric (argmin, the lowest value among ties), indexed by family and aggregation
+    (one entry per seed, in seed order)."""
+    best = (
+        curves.sort_values("value")
+        .groupby(["family", "aggregation", "seed"], sort=False)
+        .apply(lambda g: float(g["value"].iloc[int(np.argmin(g["score"].to_numpy(float)))]))
+    )
+    return best.sort_index()
 
 
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 
 
 def e4_figure(curves: pd.DataFrame, table: pd.DataFrame, extractor: str) -> Figure:
-    """One panel per metric: each curve's distance from its best score as a share of
+    """One panel per metric (``curves``: :func:`mean_curves`): each curve's distance from its best score as a share of
     its range, ``|score - best| / (max - min)`` over the knob values (0 at the best
     value, 1 at the worst), so that curves of very different levels share a panel; one
     colour per family, ``all`` solid and ``avg`` dashed, the best values marked (a dot
@@ -456,13 +531,13 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     table = e4_table(curves)
     samples = {}
     for path in inputs.get("images", []):
-        images, _ = load_images(path)
         name = str(path).rsplit("/", 1)[-1].removeprefix("model_").removesuffix(".npz")
-        samples[name] = images[:12]
+        if models[name]["seed"] == 0:
+            samples[name] = load_images(path)[0][:12]
     figures = {
-        "": e4_figure(curves, table, context["extractor"]),
+        "": e4_figure(mean_curves(curves), table, context["extractor"]),
         "_samples": e4_samples_figure(samples, models),
     }
     return Outputs(
-        {"": table, "_curves": curves, "_theorem2": theorem2_check(table, models)}, figures
+        {"": table, "_curves": curves, "_theorem2": theorem2_check(curves, models)}, figures
     )

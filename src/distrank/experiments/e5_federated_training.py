@@ -3,7 +3,8 @@ r"""E5: scores along federated GAN training; the KD gap is the same at every che
 The zoo's class-conditional GAN is trained with FedAvg across the clients of a
 heterogeneous partition (:func:`distrank.training.fedavg.train_cgan_fedavg`: every
 round each client trains generator and discriminator on its own images, the server
-averages both with :math:`\lambda_i = n_i/n`), and centrally with the same number of
+averages both with :math:`\lambda_i = n_i/n`, with FedAvgM's server momentum when
+``server_momentum`` is set), and centrally with the same number of
 steps (:func:`~distrank.training.fedavg.train_cgan_central`), with a checkpoint after
 every round. Each checkpoint is a model ``e5-<run>-r<round>``, sampled and scored
 against every client and the pool like the zoo's models. By Theorem 1
@@ -91,6 +92,7 @@ def train(
         rounds=settings["rounds"],
         local_steps=settings["local_steps"],
         batch_size=settings["batch_size"],
+        server_momentum=settings.get("server_momentum", 0.0),
         checkpoint_dir=checkpoint_dir,
         threads=threads,
         device=device,

@@ -19,6 +19,12 @@ The central baseline (:func:`train_cgan_central`) is the same loop with one clie
 holding the pool and ``k * local_steps`` steps per round: the same optimiser steps,
 batch size and images seen as the federation, and a checkpoint at the same points.
 Both start from the same initial networks (built under the same seed).
+
+``server_momentum`` > 0 makes the server step FedAvgM's (Hsu et al., 2019;
+:func:`~distrank.training.federated.momentum_step`): the averaged update of the
+networks' parameters is added to a velocity that decays by that factor. On clients
+that hold different classes, each client's Adam steps point different ways and their
+average is short; the velocity restores the length of the steps that agree.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from distrank.training.federated import (
     average_states,
     client_seed,
     data_digest,
+    momentum_step,
     shard_weights,
     training_device,
     training_session,
@@ -128,6 +135,7 @@ def train_cgan_fedavg(
     lr_g: float | None = None,
     lr_d: float | None = None,
     n_classes: int | None = None,
+    server_momentum: float = 0.0,
     threads: int = 2,
     device=None,
     desc: str = "fedavg cgan",
@@ -146,6 +154,7 @@ def train_cgan_fedavg(
         (None: its defaults, :func:`zoo_defaults`); ``batch_size`` may not exceed the
         smallest shard.
     n_classes : default ``max label + 1`` over all shards.
+    server_momentum : FedAvgM's velocity decay in [0, 1) (0: plain FedAvg; module doc).
     threads, device : intra-op CPU threads; torch device (None: CUDA when available).
 
     Returns
@@ -171,7 +180,10 @@ def train_cgan_fedavg(
     lam = shard_weights(shards)
     dev = training_device(device)
     run = {"seed": seed, "rounds": rounds, "local_steps": local_steps, "batch_size": batch_size}
+    if not 0 <= server_momentum < 1:
+        raise ValueError(f"server_momentum: expected a number in [0, 1), got {server_momentum!r}")
     run |= {"config": config, "lr_g": lr_g, "lr_d": lr_d, "threads": threads}
+    run |= {"server_momentum": server_momentum} if server_momentum else {}
     store = _checkpoints(checkpoint_dir, shards, dev, **run)
     with training_session(seed, threads, dev):
         gen = Generator(z_dim, n_classes, width, config["side"]).to(dev)
@@ -179,9 +191,11 @@ def train_cgan_fedavg(
         clients = [
             _Client(s, client_seed(seed, i), config, lr_g, lr_d, dev) for i, s in enumerate(shards)
         ]
-        done, history, generator, discriminator = _resume(
+        done, history, generator, discriminator, velocity = _resume(
             store, clients, gen.state_dict(), disc.state_dict(), dev
         )
+        names = [f"g.{k}" for k, _ in gen.named_parameters()]
+        names += [f"d.{k}" for k, _ in disc.named_parameters()]
         per_round = local_steps * len(shards)
         with progress(total=rounds * per_round, desc=desc, unit="step") as bar:
             bar.update(done * per_round)
@@ -189,11 +203,24 @@ def train_cgan_fedavg(
                 losses = [
                     c.train(generator, discriminator, local_steps, batch_size, bar) for c in clients
                 ]
-                generator = average_states([c.gen.state_dict() for c in clients], lam)
-                discriminator = average_states([c.disc.state_dict() for c in clients], lam)
+                averaged = _joined(
+                    average_states([c.gen.state_dict() for c in clients], lam),
+                    average_states([c.disc.state_dict() for c in clients], lam),
+                )
+                if server_momentum:
+                    averaged, velocity = momentum_step(
+                        _joined(generator, discriminator),
+                        averaged,
+                        velocity,
+                        server_momentum,
+                        names,
+                    )
+                generator, discriminator = _split(averaged)
                 d_loss, g_loss = _record(history, r, losses)
                 log.info("%s round %d/%d: d_loss %.4f g_loss %.4f", desc, r, rounds, d_loss, g_loss)
-                _save_round(store, r, config, generator, discriminator, clients, history)
+                _save_round(
+                    store, r, config, (generator, discriminator, velocity), clients, history
+                )
     return [store.load(r) for r in range(1, rounds + 1)]
 
 
@@ -226,13 +253,29 @@ def _check_shards(shards: Sequence[Shard], batch_size: int, n_classes: int | Non
     return n_classes
 
 
+def _joined(generator: dict, discriminator: dict) -> dict:
+    """Both networks' states in one dict (keys ``g.<name>``, ``d.<name>``)."""
+    return {f"g.{k}": v for k, v in generator.items()} | {
+        f"d.{k}": v for k, v in discriminator.items()
+    }
+
+
+def _split(joined: dict) -> tuple[dict, dict]:
+    """The inverse of :func:`_joined`."""
+    nets = {"g": {}, "d": {}}
+    for key, value in joined.items():
+        nets[key[0]][key[2:]] = value
+    return nets["g"], nets["d"]
+
+
 def _resume(store: Checkpoints, clients, generator: dict, discriminator: dict, dev):
-    """(rounds done, history, generator, discriminator): the fresh start given, or the
-    last round saved (whose client states are loaded into ``clients``)."""
+    """(rounds done, history, generator, discriminator, server velocity): the fresh
+    start given, or the last round saved (whose client states are loaded into
+    ``clients``)."""
     history = {"round": [], "d_loss": [], "g_loss": []}
     resumed = store.resume()
     if resumed is None:
-        return 0, history, generator, discriminator
+        return 0, history, generator, discriminator, None
     # the same dict literal as a fresh run: equal objects pickle to equal bytes
     history = {
         "round": list(resumed["history"]["round"]),
@@ -243,7 +286,9 @@ def _resume(store: Checkpoints, clients, generator: dict, discriminator: dict, d
     discriminator = {k: v.to(dev) for k, v in resumed["discriminator"].items()}
     for client, state in zip(clients, resumed["clients"]):
         client.load(state)
-    return int(resumed["point"]), history, generator, discriminator
+    velocity = resumed.get("velocity")
+    velocity = None if velocity is None else {k: v.to(dev) for k, v in velocity.items()}
+    return int(resumed["point"]), history, generator, discriminator, velocity
 
 
 def _record(history: dict, r: int, losses) -> tuple[float, float]:
@@ -255,8 +300,10 @@ def _record(history: dict, r: int, losses) -> tuple[float, float]:
     return d_loss, g_loss
 
 
-def _save_round(store: Checkpoints, r: int, config, generator, discriminator, clients, history):
-    """Checkpoint round ``r``: the zoo state, and what a rerun resumes from."""
+def _save_round(store: Checkpoints, r: int, config, networks, clients, history):
+    """Checkpoint round ``r``: the zoo state, and what a rerun resumes from
+    (``networks``: generator, discriminator and server velocity or None)."""
+    generator, discriminator, velocity = networks
     checkpoint = {
         "family": "cgan",
         "config": config,
@@ -272,7 +319,8 @@ def _save_round(store: Checkpoints, r: int, config, generator, discriminator, cl
             "discriminator": _cpu(discriminator),
             "clients": [c.state() for c in clients],
             "history": history,
-        },
+        }
+        | ({} if velocity is None else {"velocity": _cpu(velocity)}),
     )
 
 
@@ -285,6 +333,7 @@ def train_cgan_central(shards: Sequence[Shard], *, local_steps: int, **kwargs) -
         np.concatenate([s.images for s in shards]), np.concatenate([s.labels for s in shards])
     )
     kwargs.setdefault("desc", "central cgan")
+    kwargs.pop("server_momentum", None)  # one client: its own steps, unamplified
     return train_cgan_fedavg(
         [pool], local_steps=len(shards) * positive_int(local_steps, "local_steps"), **kwargs
     )

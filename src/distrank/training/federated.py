@@ -31,6 +31,7 @@ __all__ = [
     "client_seed",
     "client_shards",
     "data_digest",
+    "momentum_step",
     "training_device",
     "training_session",
 ]
@@ -96,6 +97,28 @@ def average_states(states: Sequence[Mapping[str, torch.Tensor]], weights) -> dic
                 raise ValueError(f"states disagree on the integer tensor {key!r}")
             out[key] = first.clone()
     return out
+
+
+def momentum_step(
+    previous: Mapping[str, torch.Tensor],
+    averaged: Mapping[str, torch.Tensor],
+    velocity: Mapping[str, torch.Tensor] | None,
+    beta: float,
+    names,
+) -> tuple[dict, dict]:
+    """FedAvgM's server step (Hsu, Qi and Brown, arXiv 1909.06335): on the tensors
+    ``names`` (the networks' parameters), ``v <- beta v + (avg - w)`` and ``w <- w + v``,
+    from the previous global ``w`` and the clients' average ``avg``; every other tensor
+    (running statistics) takes the average. ``velocity`` None starts from zero: the
+    first step keeps the average exactly. Returns (new global state, new velocity)."""
+    out, new_velocity = dict(averaged), {}
+    for key in names:
+        step = averaged[key] - previous[key]
+        if velocity is not None:
+            step = step + beta * velocity[key]
+            out[key] = previous[key] + step
+        new_velocity[key] = step
+    return out, new_velocity
 
 
 def client_seed(seed: int, client: int) -> int:

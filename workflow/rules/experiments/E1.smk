@@ -6,6 +6,8 @@ localrules:
 rule E1:
     input:
         **experiment_scores("E1"),
+        images=[f"{RESULTS}/images/model_{m}.npz" for m in config["models"]],
+        reference=f"{RESULTS}/images/reference.npz",
     output:
         **experiment_outputs("E1"),
     log:
