@@ -38,9 +38,19 @@ from distrank.experiments import (
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics.registry import display
 
-__all__ = ["RUNS", "round_tags", "checkpoint_models", "train", "e5_table", "e5_figure", "run"]
+__all__ = [
+    "RUNS",
+    "round_tags",
+    "checkpoint_models",
+    "train",
+    "e5_table",
+    "e5_figure",
+    "e5_samples",
+    "run",
+]
 
 TABLES = ("", "_agreement")
+FIGURES = ("", "_samples")
 
 #: The two trainings: FedAvg across the partition's clients, and the central baseline.
 RUNS = ("fedavg", "central")
@@ -93,6 +103,8 @@ def train(
         local_steps=settings["local_steps"],
         batch_size=settings["batch_size"],
         server_momentum=settings.get("server_momentum", 0.0),
+        lr_g=settings.get("lr_g"),
+        lr_d=settings.get("lr_d"),
         checkpoint_dir=checkpoint_dir,
         threads=threads,
         device=device,
@@ -137,9 +149,26 @@ def scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     table, agreement = e5_table(collected(inputs, context), checkpoint_models(settings))
-    return Outputs(
-        {"": table, "_agreement": agreement}, {"": e5_figure(table, context["extractor"])}
-    )
+    figures = {
+        "": e5_figure(table, context["extractor"]),
+        "_samples": e5_samples(inputs["samples"], checkpoint_models(settings)),
+    }
+    return Outputs({"": table, "_agreement": agreement}, figures)
+
+
+def e5_samples(image_files: Sequence, models: Mapping[str, tuple[str, int]]) -> Figure:
+    """One row per checkpoint image file (``model_<name>.npz``; ``models`` is
+    :func:`checkpoint_models`), labelled by run and round, one column per class."""
+    from distrank.data.images import load_images
+    from distrank.figures import samples_grid
+
+    samples = {}
+    for path in image_files:
+        name = str(path).rsplit("/", 1)[-1].removeprefix("model_").removesuffix(".npz")
+        run_, round_ = models[name]
+        samples[f"{_RUN_LABELS[run_]}, round {round_}"] = load_images(path)
+    classes = sorted({int(c) for _, labels in samples.values() for c in labels})
+    return samples_grid(samples, classes)
 
 
 def e5_table(

@@ -1,5 +1,7 @@
 # E5: scores along federated GAN training (FedAvg across the clients, and central with
 # the same steps), a checkpoint after every round; the KD gap is the same at each one.
+from pathlib import Path
+
 from distrank.experiments.e5_federated_training import RUNS, checkpoint_models, round_tags
 
 E5 = config["experiments"]["E5"]
@@ -43,6 +45,10 @@ rule e5_checkpoint_features:
         bundle=f"{RESULTS}/training/E5/{{run}}.pt",
     output:
         [f"{RESULTS}/features/model_e5-{{run}}-{tag}.npz" for tag in round_tags(E5)],
+        samples=[
+            f"{RESULTS}/training/E5/images/model_e5-{{run}}-{tag}.npz"
+            for tag in round_tags(E5)[:: len(round_tags(E5)) - 1]
+        ],
     log:
         f"{LOGS}/e5_checkpoint_features/{{run}}.log",
     benchmark:
@@ -61,7 +67,7 @@ rule e5_checkpoint_features:
         features=config["features"],
         n_samples=E5["n_samples"],
         seed=config["seed"],
-        image_dir=f"{RESULTS}/training/E5/images",
+        image_dir=lambda wc, output: str(Path(output.samples[0]).parent),
         device=device("e5_checkpoint_features"),
     script:
         "../../../scripts/checkpoint_features.py"
@@ -74,6 +80,11 @@ localrules:
 rule E5:
     input:
         **experiment_scores("E5"),
+        samples=[  # the first and last checkpoints' images of both runs
+            f"{RESULTS}/training/E5/images/model_e5-{run}-{tag}.npz"
+            for run in RUNS
+            for tag in round_tags(E5)[:: len(round_tags(E5)) - 1]
+        ],
     output:
         **experiment_outputs("E5"),
     log:
