@@ -209,7 +209,7 @@ def report(path: Path, target=(1_000_000, 1000, 10, 10_000, 2048)) -> None:
         per = work(stage, client) * 1e-9 / f["gflops"] + f["t0_s"]
         mem = [f["r0_gib"] + f["c"] * nbytes(stage, s) / GIB for s in (target, client)]
         print(
-            f"{stage:5s} {f['gflops']:6.1f} Gflop/s  t0 {f['t0_s']:6.1f} s  "
+            f"{stage:5s} {f['gflops']:6.1f} Gmac/s  t0 {f['t0_s']:6.1f} s  "
             f"c {f['c']:.2f}  r0 {f['r0_gib']:.2f} GiB | {fmt(target)}: {one:7.1f} h, "
             f"{mem[0]:6.1f} GiB | client of {largest} rows: {per:7.1f} s, {mem[1]:5.2f} GiB"
         )
