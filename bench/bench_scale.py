@@ -78,23 +78,26 @@ def load(out: Path):
     return x, clients, models
 
 
-def run_stage(stage: str, out: Path) -> float:
-    """The work of one stage, in this process; returns its seconds (loading excluded)."""
+def run_stage(stage: str, out: Path) -> tuple[float, float]:
+    """The work of one stage, in this process: its wall and CPU seconds (all threads;
+    loading excluded, the CLI's start-up included)."""
     if stage == "cli":
         models = sorted(out.glob("model_*.npz"))
         cmd = [sys.executable, "-m", "distrank", "score", "--reference", str(out / "reference.npz")]
         for path in models:
             cmd += ["--model", f"{path.stem.removeprefix('model_')}={path}"]
-        start = time.perf_counter()
+        start, before = time.perf_counter(), os.times()
         subprocess.run([*cmd, "--out", str(out / "cli.csv")], check=True, stdout=subprocess.DEVNULL)
-        return time.perf_counter() - start
+        after = os.times()
+        cpu = after.children_user + after.children_system - before.children_user
+        return time.perf_counter() - start, cpu - before.children_system
     from distrank.metrics import score
 
     x, clients, models = load(out)
     metrics = {"kd": ["kd"], "fd": ["fd"], "prdc": PRDC}[stage]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     table = score(x, clients, models, metrics=metrics)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start, time.process_time() - cpu
     table.to_csv(out / f"api_{stage}.csv", index=False)
     return seconds
 
@@ -113,7 +116,8 @@ def child(stage: str, out: Path, size) -> dict:
     return {
         "stage": stage,
         "wall_s": round(time.perf_counter() - start, 2),
-        "work_s": round(float(stdout.strip().splitlines()[-1]), 2),
+        "work_s": round(float(stdout.split()[-2]), 2),
+        "cpu_s": round(float(stdout.split()[-1]), 2),
         "peak_rss_gib": round(usage.ru_maxrss * 1024 / GIB, 3),
     }
 
@@ -186,12 +190,13 @@ def nbytes(stage: str, size) -> float:
 
 
 def fit(rows: list[dict], stage: str) -> dict:
-    """Least squares of time on work and of peak RSS on bytes, over the sizes."""
+    """Least squares of CPU time on work and of peak RSS on bytes, over the sizes
+    (CPU seconds: other jobs on the machine stretch wall time, not CPU time)."""
     pts = [r for r in rows if r.get("stage") == stage]
     sizes = [parse_size(r["size"]) for r in pts]
     w = np.array([work(stage, s) for s in sizes])
     b = np.array([nbytes(stage, s) for s in sizes])
-    (a, t0), *_ = np.linalg.lstsq(np.c_[w, np.ones_like(w)], [r["work_s"] for r in pts])
+    (a, t0), *_ = np.linalg.lstsq(np.c_[w, np.ones_like(w)], [r["cpu_s"] for r in pts])
     (c, r0), *_ = np.linalg.lstsq(np.c_[b, np.ones_like(b)], [r["peak_rss_gib"] for r in pts])
     return {"stage": stage, "gflops": 1e-9 / a, "t0_s": t0, "c": c * GIB, "r0_gib": r0}
 
@@ -227,11 +232,11 @@ def main() -> None:
     p.add_argument("--size", type=parse_size, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.stage == "data":
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         write_data(args.size, args.dir)
-        print(time.perf_counter() - start)
+        print(time.perf_counter() - start, time.process_time() - cpu)
     elif args.stage:
-        print(run_stage(args.stage, args.dir))
+        print(*run_stage(args.stage, args.dir))
     elif args.fit:
         report(args.fit)
     else:
