@@ -89,8 +89,8 @@ def run_stage(stage: str, out: Path) -> tuple[float, float]:
         start, before = time.perf_counter(), os.times()
         subprocess.run([*cmd, "--out", str(out / "cli.csv")], check=True, stdout=subprocess.DEVNULL)
         after = os.times()
-        cpu = after.children_user + after.children_system - before.children_user
-        return time.perf_counter() - start, cpu - before.children_system
+        cpu = sum(after[2:4]) - sum(before[2:4])  # children's user + system seconds
+        return time.perf_counter() - start, cpu
     from distrank.metrics import score
 
     x, clients, models = load(out)
