@@ -114,3 +114,24 @@ def test_bad_inputs(data):
             ),
             np.array([0, 1]),
         )
+
+
+def test_small_blocks_give_the_same_scores(monkeypatch):
+    """Blocks smaller than the pool and the models (PRDC distance blocks of 256 rows,
+    FD sums over 50 rows, KD kernel and one-hot blocks of 64 rows): the values of
+    scoring each partition afresh."""
+    from distrank.metrics import prdc, reaggregate
+
+    monkeypatch.setattr(prdc, "_BLOCK_ELEMENTS", 2**17)  # 256 rows a block
+    monkeypatch.setattr(reaggregate, "_FD_BLOCK", 50)
+    rng = np.random.default_rng(1)
+    n, d = 560, 6
+    labels = np.repeat(np.arange(4), 140)
+    x = rng.standard_normal((n, d)) + 1.5 * rng.standard_normal((4, d))[labels]
+    models = {f"g{i}": (0.5 + 0.4 * i) * rng.standard_normal((270 + 40 * i, d)) for i in range(2)}
+    partitions = {"by_class": labels, "mod3": (np.arange(n) // 10) % 3, "pool": np.zeros(n, int)}
+    table = score_partitions(x, partitions, models, dtype="float64", block_size=64)
+    for name, clients in partitions.items():
+        got = table[table.partition == name].drop(columns="partition").reset_index(drop=True)
+        want = score(x, clients, models, dtype="float64", block_size=64)
+        _compare(got, want, kd_rtol=1e-12, fd_rtol=1e-10)

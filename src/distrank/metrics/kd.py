@@ -132,14 +132,26 @@ def kernel_sums(
 
 def _reference_blocks(reference, client_index, kernel, dev, dt):
     """The reference in ``dt`` on ``dev`` (centred for a translation-invariant kernel,
-    less cancellation), the centre (or None) and the (n, k) one-hot client matrix."""
+    less cancellation), the centre (or None) and the (n, k) one-hot client matrix
+    (:class:`_OneHot`, formed per row block)."""
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
     if center is not None:
         x = x - center
     index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)
-    groups = torch.nn.functional.one_hot(index, int(index.max()) + 1).to(dt)
-    return x, center, groups
+    return x, center, _OneHot(index, int(index.max()) + 1, dt)
+
+
+class _OneHot:
+    """The (n, k) one-hot client matrix, formed one row block at a time when sliced:
+    memory O(block x k), never n x k (k can be thousands of fine groups)."""
+
+    def __init__(self, index: torch.Tensor, k: int, dtype: torch.dtype):
+        self.index, self.dtype = index, dtype
+        self.shape = (index.shape[0], k)
+
+    def __getitem__(self, rows: slice) -> torch.Tensor:
+        return torch.nn.functional.one_hot(self.index[rows], self.shape[1]).to(self.dtype)
 
 
 def _model_sums(x, groups, y, center, kernel, block):
@@ -159,7 +171,8 @@ def _model_sums(x, groups, y, center, kernel, block):
 def _symmetric_sums(x, groups, kernel, block):
     """(k x k) group-pair sums of k(x, x') and (k,) group sums of k(x, x).
 
-    ``groups`` is the (rows, k) one-hot group matrix in x's dtype.
+    ``groups`` is the (rows, k) one-hot group matrix in x's dtype (a tensor or a
+    :class:`_OneHot`; only its row slices are read).
     """
     acc = torch.float64
     n, k = groups.shape

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,7 @@ import torch
 from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
+from distrank.metrics.fd import sqrt_factor
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth, sq_euclidean
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import _check_block, _knn_sq_radii, _sq_norms
@@ -58,6 +60,8 @@ from distrank.metrics.scoring import _check_models, _table
 from distrank.metrics.table import COLUMNS
 
 log = logging.getLogger(__name__)
+
+_FD_BLOCK = 4096  # rows per step of the FD sums over many rows
 
 __all__ = ["coarsen", "common_refinement", "score_partitions"]
 
@@ -209,110 +213,195 @@ def _kd(x, groups, ys, values, opts: ScoreOptions, dev, block):
 
 def _fd(x, groups, ys, values, dev):
     f64 = torch.float64
-    xc = x.to(device=dev, dtype=f64)
+    xc = x.to(device=dev, dtype=f64, copy=True)
     center = xc.mean(dim=0)
-    xc = xc - center  # all data centred on the pool: less cancellation, the same FD
+    xc -= center  # all data centred on the pool: less cancellation, the same FD
     rows = {
         p: [torch.from_numpy(g.rows(c)).to(dev) for c in range(len(g.sizes))]
         for p, g in groups.items()
     }
-    pool = torch.arange(xc.shape[0], device=dev)
     # Per client (model-free): mean and trace of the covariance (ddof=1).
     stats = {p: [_mean_trace(xc[r]) for r in rs] for p, rs in rows.items()}
     pooled_stats = _mean_trace(xc)
     for j, (name, y) in enumerate(ys.items()):
         y = y.to(device=dev, dtype=f64) - center
         y_c = y - y.mean(dim=0)
-        model = (y.mean(dim=0), float((y_c * y_c).sum()) / (y.shape[0] - 1))
-        products = xc @ y_c.T  # (n, m): P = X Y~^T, the same for every partition
-        fd_all = _fd_value(pooled_stats, model, products, pool)
+        model = (y.mean(dim=0), float((y_c * y_c).sum()) / (y.shape[0] - 1), y.shape[0])
+        products = xc @ _model_factor(y_c)  # (n, r <= min(m, d)), the same for every partition
+        fd_all = _fd_value(pooled_stats, model, products, None)
         for p, rs in rows.items():
             per_client = np.array([_fd_value(s, model, products, r) for s, r in zip(stats[p], rs)])
             values[p][name]["fd"] = (fd_all, per_client)
         log.info("FD: model %d/%d done", j + 1, len(ys))
 
 
+def _model_factor(y_c: torch.Tensor) -> torch.Tensor:
+    """G (d, r) with G G^T = Y~^T Y~: Y~^T itself when m <= d, else a square-root
+    factor of the (d, d) scatter, so that products X G are never wider than d."""
+    if y_c.shape[0] <= y_c.shape[1]:
+        return y_c.T
+    scatter = y_c.T @ y_c
+    return sqrt_factor((scatter + scatter.T) / 2)
+
+
 def _mean_trace(rows: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(mean, tr C) of float64 rows, C the covariance with ddof=1."""
     mean = rows.mean(dim=0)
-    centred = rows - mean
-    return mean, float((centred * centred).sum()) / (rows.shape[0] - 1)
+    trace = sum(float(((b - mean) ** 2).sum()) for b in rows.split(_FD_BLOCK))
+    return mean, trace / (rows.shape[0] - 1)
 
 
 def _fd_value(client, model, products, rows) -> float:
-    """FD from (mean, tr C) of the client and of the model (means relative to the same
-    centre) and the client's rows of the products P (module doc)."""
-    (mu, tr_c), (m, tr_s) = client, model
-    a = products[rows]
-    a = a - a.mean(dim=0)
-    gram = a @ a.T if a.shape[0] <= a.shape[1] else a.T @ a
+    """FD from (mean, tr C) of the client, (mean, tr S, m) of the model (means relative
+    to the same centre) and the client's rows (``None``: all) of the products X G."""
+    (mu, tr_c), (m, tr_s, m_rows) = client, model
+    gram = _centred_gram(products, rows)
     vals = torch.linalg.eigvalsh((gram + gram.T) / 2)
     # Eigenvalues below r * eps * max are rounding noise of a singular Gram matrix.
     tol = gram.shape[0] * torch.finfo(vals.dtype).eps * max(float(vals[-1]), 0.0)
     nuclear = float(vals[vals > tol].sqrt().sum())
-    scale = ((rows.shape[0] - 1) * (products.shape[1] - 1)) ** 0.5
+    n_rows = products.shape[0] if rows is None else rows.shape[0]
+    scale = ((n_rows - 1) * (m_rows - 1)) ** 0.5
     return float(((mu - m) ** 2).sum()) + tr_c + tr_s - 2.0 * nuclear / scale
 
 
+def _centred_gram(products: torch.Tensor, rows) -> torch.Tensor:
+    """The smaller Gram matrix of the rows' column-centred products: A A^T (rows x
+    rows) when there are no more rows than columns, else A^T A summed over row blocks
+    (no copy of all the rows)."""
+    if rows is not None and rows.shape[0] <= products.shape[1]:
+        a = products[rows]
+        a -= a.mean(dim=0)
+        return a @ a.T
+    chunks = products.split(_FD_BLOCK) if rows is None else rows.split(_FD_BLOCK)
+    pick = (lambda c: c) if rows is None else (lambda c: products[c])
+    mean = sum(pick(c).sum(dim=0) for c in chunks) / (
+        products.shape[0] if rows is None else rows.shape[0]
+    )
+    r = products.shape[1]
+    gram = torch.zeros(r, r, dtype=products.dtype, device=products.device)
+    for c in chunks:
+        a = pick(c) - mean
+        gram += a.T @ a
+    return gram
+
+
 def _prdc(x, groups, ys, values, wanted, pr_k, dc_k, dt, dev):
-    """PRDC of every partition from each model's distance block (see the module doc)."""
-    ref = x.to(device=dev, dtype=dt)
+    """PRDC of every partition from each model's distance blocks (see the module doc).
+
+    One pass over (reference block x model block) per model; each block's hits are
+    counted for the pool and for every partition at once, into per-client sums.
+    """
+    ref = x.to(device=dev, dtype=dt, copy=True)
     center = ref.mean(dim=0, dtype=torch.float64).to(dt)
-    ref = ref - center  # as prdc.prdc: distances unchanged, less cancellation
+    ref -= center  # as prdc.prdc: distances unchanged, less cancellation
     block = _check_block(None, dt.itemsize)  # prdc.prdc's blocks: the same radii
     ref_sq = _sq_norms(ref, block)
     ks = sorted(
         {pr_k for m in wanted if m == "precision"}
         | {dc_k for m in wanted if m in ("density", "coverage")}
     )
-    pooled = _knn_sq_radii(ref, ref_sq, ks, block) if ks else {}
-    radii = {}  # partition -> k -> (n,) squared radius of each row within its client
-    onehot = {}  # partition -> (k, n) client membership, in the distance dtype
+    n = ref.shape[0]
+    splits = {None: _Split(torch.zeros(n, dtype=torch.int64, device=dev), 1, {})}
+    if ks:
+        splits[None].r2.update(_knn_sq_radii(ref, ref_sq, ks, block))
     for p, g in groups.items():
-        radii[p] = {k: torch.empty_like(ref_sq) for k in ks}
+        splits[p] = _Split(torch.from_numpy(g.index).to(dev), len(g.sizes), {})
+        splits[p].r2.update({k: torch.empty_like(ref_sq) for k in ks})
         for c in range(len(g.sizes)):
             r = torch.from_numpy(g.rows(c)).to(dev)
             within = _knn_sq_radii(ref[r], ref_sq[r], ks, block) if ks else {}
             for k in ks:
-                radii[p][k][r] = within[k]
-        index = torch.from_numpy(g.index).to(dev)
-        onehot[p] = torch.nn.functional.one_hot(index, len(g.sizes)).T.to(torch.float64)
-
+                splits[p].r2[k][r] = within[k]
     for name, y in ys.items():
-        fake = y.to(device=dev, dtype=dt) - center
-        fake_sq = _sq_norms(fake, block)
-        d2 = sq_euclidean(ref, fake, ref_sq, fake_sq)  # (n, m), no partition in it
-        m = fake.shape[0]
-        shared = {}
-        if "recall" in wanted:
-            fake_r2 = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k]
-            shared["recall"] = (d2 < fake_r2[None, :]).any(dim=1).to(torch.float64)
-        if "coverage" in wanted:
-            shared["nearest"] = d2.amin(dim=1)
-        pooled_values = _prdc_values(d2, shared, pooled, None, wanted, pr_k, dc_k, m)
-        for p in groups:
-            local = _prdc_values(d2, shared, radii[p], onehot[p], wanted, pr_k, dc_k, m)
+        fake = y.to(device=dev, dtype=dt, copy=True)
+        fake -= center
+        counts = _prdc_counts(ref, ref_sq, fake, splits, wanted, pr_k, dc_k, block)
+        pooled = counts.pop(None).values(fake.shape[0], dc_k)
+        for p, c in counts.items():
+            local = c.values(fake.shape[0], dc_k)
             for metric in wanted:
-                values[p][name][metric] = (pooled_values[metric][0], local[metric])
+                values[p][name][metric] = (float(pooled[metric][0]), local[metric])
 
 
-def _prdc_values(d2, shared, r2, onehot, wanted, pr_k, dc_k, m) -> dict[str, np.ndarray]:
-    """Per client (rows of ``onehot``; ``None``: the pool) value of each metric, in the
-    float64 arithmetic of :mod:`distrank.metrics.prdc` (counts are exact in float64)."""
-    f64 = torch.float64
-    if onehot is None:
-        onehot = torch.ones(1, d2.shape[0], dtype=f64, device=d2.device)
-    sizes = onehot.sum(dim=1)
-    out = {}
-    if "precision" in wanted:
-        inside = (d2 < r2[pr_k][:, None]).to(f64)
-        hit = (onehot @ inside) > 0  # (clients, m): some ball of the client holds the row
-        out["precision"] = hit.sum(dim=1).to(f64) / m
-    if "recall" in wanted:
-        out["recall"] = (onehot @ shared["recall"]) / sizes
-    if "density" in wanted:
-        counts = (d2 < r2[dc_k][:, None]).sum(dim=1).to(f64)
-        out["density"] = (1.0 / float(dc_k)) * ((onehot @ counts) / m)
-    if "coverage" in wanted:
-        out["coverage"] = (onehot @ (shared["nearest"] < r2[dc_k]).to(f64)) / sizes
-    return {metric: v.cpu().numpy() for metric, v in out.items()}
+@dataclass
+class _Split:
+    """A split of the reference rows into clients (the pool: one client): each row's
+    client ``index`` (n,), the number of clients ``k``, each row's squared k-NN radii
+    within its client ``r2`` (k -> (n,))."""
+
+    index: torch.Tensor
+    k: int
+    r2: dict
+
+
+class _Counts:
+    """Per-client hit counts of one split and one model, summed block by block in the
+    float64 arithmetic of :mod:`distrank.metrics.prdc` (counts are exact)."""
+
+    def __init__(self, split: _Split, wanted, pr_k: int, dc_k: int, m: int):
+        f64, dev = torch.float64, split.index.device
+        self.split, self.pr_k, self.dc_k = split, pr_k, dc_k
+        self.sizes = torch.bincount(split.index, minlength=split.k).to(f64)
+        self.hit = torch.zeros(split.k, m, dtype=torch.bool, device=dev)
+        self.sums = {w: torch.zeros(split.k, dtype=f64, device=dev) for w in wanted}
+        self.wanted = wanted
+
+    def add_block(self, d2, rows: slice, cols: slice) -> None:
+        """Precision's hits and Density's counts of the block ``d2`` (rows x cols)."""
+        index, r2 = self.split.index[rows], self.split.r2
+        if "precision" in self.wanted:
+            inside = (d2 < r2[self.pr_k][rows].unsqueeze(1)).to(d2.dtype)
+            onehot = torch.nn.functional.one_hot(index, self.split.k).T.to(d2.dtype)
+            self.hit[:, cols] |= (onehot @ inside) > 0  # counts <= block rows: exact
+        if "density" in self.wanted:
+            inside = (d2 < r2[self.dc_k][rows].unsqueeze(1)).view(torch.uint8)
+            per_row = inside.sum(dim=1, dtype=torch.int64).to(torch.float64)
+            self.sums["density"].index_add_(0, index, per_row)
+
+    def add_rows(self, rows: slice, recalled, nearest) -> None:
+        """Recall's and Coverage's hits of the reference rows ``rows``, once all
+        model rows are seen: ``recalled`` (in some model ball), ``nearest`` (squared
+        distance to the nearest model row)."""
+        index = self.split.index[rows]
+        if "recall" in self.wanted:
+            self.sums["recall"].index_add_(0, index, recalled.to(torch.float64))
+        if "coverage" in self.wanted:
+            covered = nearest < self.split.r2[self.dc_k][rows]
+            self.sums["coverage"].index_add_(0, index, covered.to(torch.float64))
+
+    def values(self, m: int, dc_k: int) -> dict[str, np.ndarray]:
+        out = {}
+        for metric in self.wanted:
+            if metric == "precision":
+                v = self.hit.sum(dim=1).to(torch.float64) / m
+            elif metric == "density":
+                v = (1.0 / float(dc_k)) * (self.sums[metric] / m)
+            else:
+                v = self.sums[metric] / self.sizes
+            out[metric] = v.cpu().numpy()
+        return out
+
+
+def _prdc_counts(ref, ref_sq, fake, splits, wanted, pr_k, dc_k, block) -> dict:
+    """:class:`_Counts` of every split for one model: blocks of ``block`` reference
+    rows x ``block`` model rows, each formed once and never an n x m matrix."""
+    n, m = ref.shape[0], fake.shape[0]
+    fake_sq = _sq_norms(fake, block)
+    fake_r2 = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k] if "recall" in wanted else None
+    counts = {p: _Counts(s, wanted, pr_k, dc_k, m) for p, s in splits.items()}
+    for r0 in range(0, n, block):
+        rows = slice(r0, min(n, r0 + block))
+        recalled = torch.zeros(rows.stop - r0, dtype=torch.bool, device=ref.device)
+        nearest = torch.full((rows.stop - r0,), torch.inf, dtype=ref.dtype, device=ref.device)
+        for c0 in range(0, m, block):
+            cols = slice(c0, min(m, c0 + block))
+            d2 = sq_euclidean(ref[rows], fake[cols], ref_sq[rows], fake_sq[cols])
+            if fake_r2 is not None:
+                recalled |= (d2 < fake_r2[cols].unsqueeze(0)).view(torch.uint8).amax(dim=1) > 0
+            torch.minimum(nearest, d2.amin(dim=1), out=nearest)
+            for c in counts.values():
+                c.add_block(d2, rows, cols)
+        for c in counts.values():
+            c.add_rows(rows, recalled, nearest)
+    return counts

@@ -198,13 +198,17 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
             )
 
     def run() -> Values:
-        dev = inputs.device
-        stats = [
-            gaussian_stats(inputs.client_rows(c), device=dev)
-            for c in range(len(inputs.groups.sizes))
-        ]
+        # One client's (d, d) statistics at a time, pooled as they come: memory holds
+        # the models' and two clients' covariances, whatever the number of clients.
+        dev, k = inputs.device, len(inputs.groups.sizes)
         model_stats = [gaussian_stats(y, device=dev) for y in inputs.models.values()]
-        fd = frechet_distances(stats + [pool_stats(stats)], model_stats, device=dev)
+        fd = np.empty((k + 1, len(model_stats)))
+        pooled = None
+        for c in range(k):
+            stats = gaussian_stats(inputs.client_rows(c), device=dev)
+            fd[c] = frechet_distances([stats], model_stats, device=dev)[0]
+            pooled = stats if pooled is None else pool_stats([pooled, stats])
+        fd[k] = frechet_distances([pooled], model_stats, device=dev)[0]
         return {
             name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(inputs.models)
         }

@@ -1,0 +1,248 @@
+"""Consortium-scale benchmark: all six metrics, pooled (all) and client average (avg).
+
+Synthetic float32 features: n reference rows split into K clients of Dirichlet(1)
+sizes (one Gaussian cluster per client), M models of m rows each, dimension d. Every
+stage runs in its own process, which reports its wall time and peak RSS (the
+``ru_maxrss`` of that process alone, import of torch included):
+
+    data      write reference.npz (features, clients) and model_<g>.npz
+    kd        distrank.metrics.score(..., metrics=["kd"])        on the loaded arrays
+    fd        distrank.metrics.score(..., metrics=["fd"])
+    prdc      distrank.metrics.score(..., metrics=[precision, recall, density, coverage])
+    cli       distrank score --reference reference.npz --model g=model_g.npz ... (all six)
+
+The CLI's table is compared with the API's (largest relative difference). Sizes are
+``n,K,M,m,d``; the cost model of bench/README.md is fitted from the JSON lines.
+
+    .venv/bin/python bench/bench_scale.py --quick                 # ~1-2 min
+    .venv/bin/python bench/bench_scale.py                         # n=100k, K=100, M=10, m=10k, d=2048
+    .venv/bin/python bench/bench_scale.py --sizes 10000,10,4,2000,512 20000,20,4,2000,512
+    .venv/bin/python bench/bench_scale.py --fit results.jsonl     # fit the cost model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+FULL = (100_000, 100, 10, 10_000, 2048)
+QUICK = (4_000, 8, 3, 1_000, 128)
+STAGES = ("data", "kd", "fd", "prdc", "cli")
+PRDC = ["precision", "recall", "density", "coverage"]
+GIB = 2**30
+
+
+def client_sizes(n: int, k: int, rng, min_rows: int = 20) -> np.ndarray:
+    """Dirichlet(1) shares of n rows, every client at least ``min_rows``."""
+    if n < k * min_rows:
+        raise ValueError(f"sizes: n={n} cannot give {k} clients {min_rows} rows each")
+    return rng.multinomial(n - k * min_rows, rng.dirichlet(np.ones(k))) + min_rows
+
+
+def write_data(size, out: Path, seed: int = 0) -> None:
+    """Clustered reference (one Gaussian per client) and models that cover part of
+    the clusters with different spreads; float32 npz files, generated in row chunks."""
+    n, k, n_models, m, d = size
+    rng = np.random.default_rng(seed)
+    clients = np.repeat(np.arange(k), client_sizes(n, k, rng))
+    rng.shuffle(clients)
+    centers = rng.standard_normal((k, d), dtype=np.float32)
+    x = np.empty((n, d), dtype=np.float32)
+    for r0 in range(0, n, 8192):
+        part = clients[r0 : r0 + 8192]
+        x[r0 : r0 + len(part)] = centers[part] + rng.standard_normal((len(part), d), np.float32)
+    np.savez(out / "reference.npz", features=x, clients=clients)
+    del x
+    for g in range(n_models):
+        modes = rng.integers(0, max(1, k - g * k // (2 * n_models)), m)
+        spread = np.float32(0.6 + 0.1 * g)
+        y = centers[modes] + spread * rng.standard_normal((m, d), dtype=np.float32)
+        np.savez(out / f"model_g{g}.npz", features=y)
+
+
+def load(out: Path):
+    with np.load(out / "reference.npz") as f:
+        x, clients = f["features"], f["clients"]
+    models = {}
+    for path in sorted(out.glob("model_*.npz")):
+        with np.load(path) as f:
+            models[path.stem.removeprefix("model_")] = f["features"]
+    return x, clients, models
+
+
+def run_stage(stage: str, out: Path) -> tuple[float, float]:
+    """The work of one stage, in this process: its wall and CPU seconds (all threads;
+    loading excluded, the CLI's start-up included)."""
+    if stage == "cli":
+        models = sorted(out.glob("model_*.npz"))
+        cmd = [sys.executable, "-m", "distrank", "score", "--reference", str(out / "reference.npz")]
+        for path in models:
+            cmd += ["--model", f"{path.stem.removeprefix('model_')}={path}"]
+        start, before = time.perf_counter(), os.times()
+        subprocess.run([*cmd, "--out", str(out / "cli.csv")], check=True, stdout=subprocess.DEVNULL)
+        after = os.times()
+        cpu = sum(after[2:4]) - sum(before[2:4])  # children's user + system seconds
+        return time.perf_counter() - start, cpu
+    from distrank.metrics import score
+
+    x, clients, models = load(out)
+    metrics = {"kd": ["kd"], "fd": ["fd"], "prdc": PRDC}[stage]
+    start, cpu = time.perf_counter(), time.process_time()
+    table = score(x, clients, models, metrics=metrics)
+    seconds = time.perf_counter() - start, time.process_time() - cpu
+    table.to_csv(out / f"api_{stage}.csv", index=False)
+    return seconds
+
+
+def child(stage: str, out: Path, size) -> dict:
+    """Run ``stage`` in a fresh process; its seconds and its own peak RSS."""
+    cmd = [sys.executable, __file__, "--stage", stage, "--dir", str(out), "--size", fmt(size)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    stdout = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"stage {stage} failed (status {status})")
+    # ru_maxrss of a child: the largest resident set of any process it waited for
+    # too; the cli stage's figure is the larger of the driver and the CLI process.
+    return {
+        "stage": stage,
+        "wall_s": round(time.perf_counter() - start, 2),
+        "work_s": round(float(stdout.split()[-2]), 2),
+        "cpu_s": round(float(stdout.split()[-1]), 2),
+        "peak_rss_gib": round(usage.ru_maxrss * 1024 / GIB, 3),
+    }
+
+
+def compare(out: Path) -> float:
+    """Largest relative difference between the CLI's table and the API stages'."""
+    import pandas as pd
+
+    keys = ["model", "metric", "aggregation", "client"]
+    api = pd.concat([pd.read_csv(out / f"api_{s}.csv") for s in ("kd", "fd", "prdc")])
+    cli = pd.read_csv(out / "cli.csv")
+    both = api.merge(cli, on=keys, suffixes=("_api", "_cli"), how="outer")
+    if both[["value_api", "value_cli"]].isna().any().any():
+        raise RuntimeError("CLI and API tables do not hold the same rows")
+    diff = (both.value_api - both.value_cli).abs() / both.value_api.abs().clip(lower=1e-300)
+    return float(diff.max())
+
+
+def bench(size, stages, keep: Path | None) -> list[dict]:
+    with tempfile.TemporaryDirectory(dir=keep) as tmp:
+        out = Path(tmp)
+        rows = []
+        for stage in stages:
+            row = {"size": fmt(size), **child(stage, out, size)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        if {"kd", "fd", "prdc", "cli"} <= set(stages):
+            print(json.dumps({"size": fmt(size), "cli_vs_api_max_rel_diff": compare(out)}))
+    return rows
+
+
+def fmt(size) -> str:
+    return ",".join(str(v) for v in size)
+
+
+def parse_size(text: str) -> tuple[int, ...]:
+    values = tuple(int(v) for v in text.split(","))
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"size: expected n,K,M,m,d (positive ints), got {text!r}")
+    return values
+
+
+# ---- cost model: time = a * work + b, peak RSS = r0 + c * bytes, per stage ----
+
+
+def work(stage: str, size) -> float:
+    """Arithmetic of a stage (multiply-adds of its GEMMs and eigenproblems)."""
+    n, k, n_models, m, d = size
+    sizes = client_sizes(n, k, np.random.default_rng(0)).astype(float)
+    cross, models = n * n_models * m * d, n_models * m * m * d
+    if stage == "kd":  # S_XX (symmetric), S_XY, S_YY (symmetric)
+        return n * n * d / 2 + cross + models / 2
+    if stage == "prdc":  # pooled and client k-NN radii, reference x model, model radii
+        return (n * n + (sizes**2).sum()) * d + cross + models
+    r = np.minimum(sizes, d)  # FD: scatters, then per (client, model) a rank-r product
+    fd = (n + n_models * m) * d * d + n_models * (r * d * d + r * r * d + r**3).sum()
+    if stage == "fd":
+        return fd
+    return work("kd", size) + work("prdc", size) + fd  # cli: all six
+
+
+def nbytes(stage: str, size) -> float:
+    """Bytes a stage must hold: float32 inputs, PRDC's client-grouped copy of the
+    reference, FD's float64 (d, d) covariance of every model."""
+    n, _, n_models, m, d = size
+    inputs = 4.0 * (n + n_models * m) * d
+    return inputs + {"kd": 0, "prdc": 4.0 * n * d, "fd": 8.0 * n_models * d * d}.get(
+        stage, 4.0 * n * d + 8.0 * n_models * d * d
+    )
+
+
+def fit(rows: list[dict], stage: str) -> dict:
+    """Least squares of CPU time on work and of peak RSS on bytes, over the sizes
+    (CPU seconds: other jobs on the machine stretch wall time, not CPU time)."""
+    pts = [r for r in rows if r.get("stage") == stage]
+    sizes = [parse_size(r["size"]) for r in pts]
+    w = np.array([work(stage, s) for s in sizes])
+    b = np.array([nbytes(stage, s) for s in sizes])
+    (a, t0), *_ = np.linalg.lstsq(np.c_[w, np.ones_like(w)], [r["cpu_s"] for r in pts])
+    (c, r0), *_ = np.linalg.lstsq(np.c_[b, np.ones_like(b)], [r["peak_rss_gib"] for r in pts])
+    return {"stage": stage, "gflops": 1e-9 / a, "t0_s": t0, "c": c * GIB, "r0_gib": r0}
+
+
+def report(path: Path, target=(1_000_000, 1000, 10, 10_000, 2048)) -> None:
+    """The fitted constants per stage, and the projection to ``target`` on one
+    machine (everything) and per client (the score_client job of the largest client)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    n, k, n_models, m, d = target
+    largest = int(client_sizes(n, k, np.random.default_rng(0)).max())
+    client = (largest, 1, n_models, m, d)
+    for stage in ("kd", "fd", "prdc", "cli"):
+        f = fit(rows, stage)
+        one = (work(stage, target) * 1e-9 / f["gflops"] + f["t0_s"]) / 3600
+        per = work(stage, client) * 1e-9 / f["gflops"] + f["t0_s"]
+        mem = [f["r0_gib"] + f["c"] * nbytes(stage, s) / GIB for s in (target, client)]
+        print(
+            f"{stage:5s} {f['gflops']:6.1f} Gmac/s  t0 {f['t0_s']:6.1f} s  "
+            f"c {f['c']:.2f}  r0 {f['r0_gib']:.2f} GiB | {fmt(target)}: {one:7.1f} h, "
+            f"{mem[0]:6.1f} GiB | client of {largest} rows: {per:7.1f} s, {mem[1]:5.2f} GiB"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=f"one small size, {fmt(QUICK)}")
+    p.add_argument("--sizes", nargs="+", type=parse_size, metavar="n,K,M,m,d")
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--tmp", type=Path, help="folder for the feature files (default: system tmp)")
+    p.add_argument("--fit", type=Path, metavar="JSONL", help="fit the cost model of these lines")
+    p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
+    p.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--size", type=parse_size, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.stage == "data":
+        start, cpu = time.perf_counter(), time.process_time()
+        write_data(args.size, args.dir)
+        print(time.perf_counter() - start, time.process_time() - cpu)
+    elif args.stage:
+        print(*run_stage(args.stage, args.dir))
+    elif args.fit:
+        report(args.fit)
+    else:
+        for size in args.sizes or [QUICK if args.quick else FULL]:
+            bench(size, args.stages, args.tmp)
+
+
+if __name__ == "__main__":
+    main()
