@@ -99,3 +99,19 @@ def test_tiny_study_kd_gap_and_tau(tiny_study):
     gap = table["KD_gap"].to_numpy()
     assert np.ptp(gap) <= 1e-9 * np.abs(gap).max()
     assert (agreement.loc[agreement["metric"] == "KD", "kendall_tau"] == 1.0).all()
+
+
+def test_samples_figure_has_one_row_per_checkpoint_file_and_a_column_per_class(tmp_path):
+    from distrank.data.images import save_images
+    from distrank.experiments.e5_federated_training import e5_samples
+
+    settings = {"rounds": 12}
+    files = []
+    for name in ("e5-fedavg-r01", "e5-central-r12"):
+        labels = np.array([3, 1, 1, 3])
+        files.append(tmp_path / f"model_{name}.npz")
+        save_images(files[-1], np.zeros((4, 8, 8), np.uint8), labels, model=name)
+    fig = e5_samples(files, checkpoint_models(settings))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["FedAvg, round 1", "central, round 12"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3"]
