@@ -199,6 +199,7 @@ def sample_cgan(
     *,
     seed: int,
     truncation: float | None = None,
+    psi: float = 1.0,
     labels=None,
     batch_size: int = 1000,
     threads: int = 2,
@@ -209,6 +210,10 @@ def sample_cgan(
     ----------
     truncation : float or None
         Bound on every latent coordinate (``None``: plain normal latents).
+    psi : float
+        Scale of the latents, ``z -> psi z`` (StyleGAN's truncation psi about the mean
+        latent, here 0): below 1 less diverse; above 1 it extrapolates past the
+        training distribution, more diverse and less typical.
     labels : array of int, optional
         Class of each sample; default balanced, ``arange(n) % n_classes``.
     batch_size : int
@@ -223,6 +228,9 @@ def sample_cgan(
     with torch_session(seed, threads):
         gen = load_network(Generator, state)
         z = truncated_normal(n, cfg["z_dim"], truncation, torch.Generator().manual_seed(seed))
+        if not psi >= 0:
+            raise ValueError(f"argument 'psi' must be >= 0, got {psi!r}")
+        z = z * psi
         y = torch.from_numpy(labels)
         images = in_batches(lambda a, b: to_uint8(gen(z[a:b], y[a:b])), n, batch_size, cfg["side"])
     return images, labels
