@@ -5,7 +5,8 @@
 
 Both sides are subprocesses timed from launch to exit (interpreter start-up, imports,
 reading the npz files, scoring and writing the table), alternately, ``--repeats``
-times; the ratio is of the medians. Both compute KD (poly, unbiased) and FD, pooled
+times; the ratios are of the medians, of wall time and of CPU time (user + system;
+the steadier of the two on a shared machine). Both compute KD (poly, unbiased) and FD, pooled
 and per client, for every model. The plain script (``--plain``, run by this file in
 its own process) is the per-client loop one writes with numpy and scipy: for each
 model and each part (the pool and every client), the three kernel matrices with
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -69,10 +71,14 @@ def make_files(folder: Path, args) -> tuple[Path, list[Path]]:
     return folder / "reference.npz", models
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the process and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def compare(ours: Path, theirs: Path) -> dict[str, float]:
@@ -124,9 +130,15 @@ def main(argv=None) -> None:
         for r in range(args.repeats):
             t_cli.append(timed(cli))
             t_plain.append(timed(script))
-            print(f"  run {r}: distrank score {t_cli[-1]:.2f} s, plain {t_plain[-1]:.2f} s")
-        a, b = statistics.median(t_cli), statistics.median(t_plain)
-        print(f"median: distrank score {a:.2f} s, plain loop {b:.2f} s: ratio {b / a:.2f}x")
+            print(
+                f"  run {r}: distrank score {t_cli[-1][0]:.2f} s ({t_cli[-1][1]:.2f} s CPU), "
+                f"plain {t_plain[-1][0]:.2f} s ({t_plain[-1][1]:.2f} s CPU)",
+                flush=True,
+            )
+        for i, kind in enumerate(("wall", "CPU")):
+            a = statistics.median(t[i] for t in t_cli)
+            b = statistics.median(t[i] for t in t_plain)
+            print(f"median {kind}: distrank score {a:.2f} s, plain loop {b:.2f} s: {b / a:.2f}x")
         for metric, rel in compare(ours_csv, plain_csv).items():
             print(f"  {metric}: max relative difference {rel:.2e}")
 
