@@ -86,9 +86,9 @@ def compare(ours: Path, theirs: Path) -> dict[str, float]:
 
     a = pd.read_csv(ours, keep_default_na=False)
     a = a[a.aggregation != "avg"].assign(model=a.model.astype(str))
-    a = a.set_index(["model", "metric", "client"]).value
+    a = pd.to_numeric(a.set_index(["model", "metric", "client"]).value, errors="coerce")
     b = pd.read_csv(theirs, keep_default_na=False, dtype={"client": str})
-    b = b.set_index(["model", "metric", "client"]).value
+    b = pd.to_numeric(b.set_index(["model", "metric", "client"]).value, errors="coerce")
     rel = ((a.reindex(b.index) - b).abs() / b.abs()).groupby(level="metric").max()
     return rel.to_dict()
 
