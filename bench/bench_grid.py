@@ -36,11 +36,18 @@ PRDC = ("precision", "recall", "density", "coverage")
 K_NN = 5
 
 
-def make_data(rng, n, m, d, n_models, n_clients):
-    """Heterogeneous clients (own means, Dirichlet sizes) and models of varied fit."""
+def make_data(rng, n, m, d, n_models, n_clients, min_rows=0):
+    """Heterogeneous clients (own means, Dirichlet sizes) and models of varied fit.
+
+    ``min_rows``: each client first gets that many rows, the rest by the shares.
+    """
     centers = rng.normal(scale=0.6, size=(n_clients, d)).astype(np.float32)
     shares = rng.dirichlet(np.full(n_clients, 2.0))
-    clients = rng.choice(n_clients, size=n, p=shares)
+    clients = rng.choice(n_clients, size=n - n_clients * min_rows, p=shares)
+    if min_rows:
+        clients = rng.permutation(
+            np.concatenate([np.repeat(np.arange(n_clients), min_rows), clients])
+        )
     x = centers[clients] + rng.standard_normal((n, d), dtype=np.float32)
     models = {}
     for g in range(n_models):

@@ -230,6 +230,35 @@ def test_python_dash_m_distrank_runs_the_cli_and_documents_exit_codes():
     assert {"extract", "score", "report"} <= set(words(top.stdout))
 
 
+def test_score_on_feature_files_imports_no_extractor_and_no_scipy_stats(files):
+    """`-X importtime` lists every module a process imports: scoring feature files
+    needs no image network (onnxruntime, timm, torchvision) and no scipy.stats."""
+    out = files / "scores.csv"
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "distrank", "score", "-q"]
+        + ["--reference", str(files / "ref.npz"), *model_args(files)]
+        + ["--metric", "kd", "fd", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"torch", "distrank.metrics.fd", "distrank.metrics.kd"} <= imported
+    roots = {name.split(".")[0] for name in imported}
+    assert not {"onnxruntime", "timm", "torchvision", "sklearn"} & roots
+    assert "scipy.stats" not in imported
+    with np.load(files / "ref.npz") as ref:
+        x, clients = ref["features"], ref["clients"]
+    models = {n: np.load(files / f"{n}.npz")["features"] for n in ("good", "bad", "odd")}
+    expected = score(x, clients, models, metrics=["kd", "fd"])
+    table = pd.read_csv(out, keep_default_na=False)
+    np.testing.assert_allclose(table.value, expected.value, rtol=1e-12)
+
+
 def test_score_defaults_are_the_librarys():
     """Every scoring option has an argument whose default is ScoreOptions' (the schema
     and the Flower run config: tests/metrics/test_options.py)."""

@@ -169,3 +169,29 @@ def test_bad_fd_inputs_are_named():
         frechet_distance(stats(np.zeros(2), np.eye(2)), stats(np.zeros(3), np.eye(3)))
     with pytest.raises(ValueError, match=r"clients: client '1' has 1 row; FD"):
         score(RNG.normal(size=(4, 2)), [0, 0, 0, 1], {"g": RNG.normal(size=(5, 2))}, metrics=["fd"])
+
+
+def test_each_client_factor_is_computed_once_for_all_models(monkeypatch):
+    import distrank.metrics.fd as fd_module
+
+    calls, sqrt_factor = [], fd_module.sqrt_factor
+
+    def counting(cov, **kwargs):
+        calls.append(tuple(cov.shape))
+        return sqrt_factor(cov, **kwargs)
+
+    monkeypatch.setattr(fd_module, "sqrt_factor", counting)
+    rng = np.random.default_rng(5)
+    x, clients = rng.normal(size=(90, 4)), np.repeat([0, 1, 2], 30)
+    models = {f"g{i}": rng.normal(0.1 * i, 1.0, size=(40, 4)) for i in range(4)}
+    table = score(x, clients, models, metrics=["fd"], dtype="float64")
+    # the 3 clients and the pool, each factored once and reused against the 4 models
+    assert calls == [(4, 4)] * 4
+    for name, y in models.items():
+        rows = table[(table.model == name) & (table.aggregation == "client")]
+        for c in range(3):
+            part = x[clients == c]
+            expected = scipy_fd(
+                part.mean(0), np.cov(part, rowvar=False), y.mean(0), np.cov(y, rowvar=False)
+            )
+            assert rows[rows.client == str(c)].value.item() == pytest.approx(expected, rel=1e-9)

@@ -14,7 +14,14 @@ from sklearn.metrics.pairwise import (
 )
 from torch_fidelity.metric_kid import kernel_poly, kid_features_to_metric, mmd2
 
-from distrank.metrics import kernel_distance, kernel_sums, make_kernel, median_bandwidth, score
+from distrank.metrics import (
+    kd_subsets,
+    kernel_distance,
+    kernel_sums,
+    make_kernel,
+    median_bandwidth,
+    score,
+)
 
 RNG = np.random.default_rng(20231017)
 
@@ -179,6 +186,88 @@ def test_subsets_equal_torch_fidelity_kid(name):
             kid["kernel_inception_distance_std"], rel=1e-10
         )
     assert ("kd_std", "avg", "") not in rows.index
+
+
+def kid_by_subset(name, x, y, n_subsets, size, seed, bandwidth=1.5):
+    """KID with torch-fidelity's draws, each subset's three kernels from scikit-learn."""
+    rng = np.random.RandomState(seed)
+    values = []
+    for _ in range(n_subsets):
+        ys = y[rng.choice(len(y), size, replace=False)]
+        xs = x[rng.choice(len(x), size, replace=False)]
+        kxx, kyy = sklearn_gram(name, xs, xs, bandwidth), sklearn_gram(name, ys, ys, bandwidth)
+        within = kxx.sum() - np.trace(kxx) + kyy.sum() - np.trace(kyy)
+        values.append(
+            within / (size * (size - 1)) - 2 * sklearn_gram(name, xs, ys, bandwidth).sum() / size**2
+        )
+    return np.mean(values), np.std(values)
+
+
+@pytest.mark.parametrize("name", ["poly", "rbf", "laplace"])
+@pytest.mark.parametrize("block_size", [7, 4096])
+def test_subsets_of_every_client_and_model_equal_per_subset_kernels(name, block_size):
+    # shuffled client labels, models of different sizes, blocks that cut across clients
+    x = RNG.normal(size=(70, 3))
+    clients = RNG.permutation(np.repeat([2, 0, 1], [30, 25, 15]))
+    models = {"a": RNG.normal(0.2, 1.0, size=(24, 3)), "b": RNG.normal(size=(31, 3))}
+    models["c"] = RNG.normal(-0.1, 1.1, size=(24, 3))
+    table = score(
+        x,
+        clients,
+        models,
+        metrics=["kd"],
+        kernel=name,
+        kernel_params=params(name),
+        kd_estimator="subsets",
+        n_subsets=5,
+        subset_size=11,
+        seed=4,
+        dtype="float64",
+        block_size=block_size,
+    )
+    rows = table.set_index(["model", "metric", "aggregation", "client"]).value
+    parts = {("all", ""): x} | {("client", str(c)): x[clients == c] for c in range(3)}
+    for g, y in models.items():
+        for key, part in parts.items():
+            mean, std = kid_by_subset(name, part, y, 5, 11, 4)
+            assert rows[(g, "kd", *key)] == pytest.approx(mean, rel=1e-10)
+            assert rows[(g, "kd_std", *key)] == pytest.approx(std, rel=1e-10)
+
+
+def test_kd_subsets_of_one_pair_equal_torch_fidelity_kid():
+    x, y = RNG.normal(size=(40, 6)), RNG.normal(0.3, 1.0, size=(35, 6))
+    mean, std = kd_subsets(x, y, make_kernel("poly", None, 6), n_subsets=4, subset_size=20, seed=9)
+    kid = kid_features_to_metric(
+        torch.from_numpy(y),
+        torch.from_numpy(x),
+        kid_subsets=4,
+        kid_subset_size=20,
+        rng_seed=9,
+        verbose=False,
+    )
+    assert mean == pytest.approx(kid["kernel_inception_distance_mean"], rel=1e-10)
+    assert std == pytest.approx(kid["kernel_inception_distance_std"], rel=1e-10)
+
+
+def test_float32_subsets_are_close_to_float64():
+    x = RNG.normal(size=(300, 32)).astype(np.float32)
+    clients = RNG.integers(0, 3, size=300)
+    y = RNG.normal(0.1, 1.0, size=(200, 32)).astype(np.float32)
+    f32, f64 = (
+        score(
+            x,
+            clients,
+            {"g": y},
+            metrics=["kd"],
+            kd_estimator="subsets",
+            n_subsets=10,
+            subset_size=50,
+            dtype=dt,
+            block_size=64,
+        ).value
+        for dt in ("float32", "float64")
+    )
+    np.testing.assert_allclose(f32, f64, rtol=0, atol=1e-5)
 
 
 def test_float32_products_are_close_to_float64():

@@ -57,7 +57,6 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats
 
 from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank._checks import about, positive_int
@@ -289,6 +288,8 @@ def bootstrap_scores(
         raise ValueError(
             f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got {opts.kd_estimator!r}"
         )
+    from scipy import stats  # here: `distrank score` imports this module for its defaults
+
     resampler = _Resampler.of(reference, clients, models, opts, device, block_size)
     with warnings.catch_warnings():  # NaN statistics are handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
@@ -452,6 +453,8 @@ def pairwise_summary(values: np.ndarray) -> np.ndarray:
     Statistics are ordered by metric, then [all pairs, avg pairs, tau]
     (``2 P + 1`` each, P = M (M - 1) / 2, pairs in :func:`model_pairs` order).
     """
+    from scipy import stats
+
     batch, n_metrics, n_models, _ = values.shape
     g, h = np.array(model_pairs(n_models)).T.reshape(2, -1)
     out = []

@@ -27,6 +27,7 @@ import torch
 
 from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel, make_kernel
+from distrank.metrics.subsets import subset_kd
 
 ESTIMATORS = ("unbiased", "biased", "subsets")
 BLOCK_SIZE = 4096  # rows of one kernel block: 64 MiB in float32
@@ -341,24 +342,19 @@ def kd_subsets(
     Unlike the full-sample estimators, averaging these over clients matches KD_all
     only in expectation.
     """
-    dev, dt = resolve_device(device), work_dtype(dtype)
-    x_t = as_features(x, "x").to(device=dev, dtype=dt)
-    y_t = as_features(y, "y").to(device=dev, dtype=dt)
-    if kernel.translation_invariant:
-        center = x_t.mean(dim=0, dtype=torch.float64).to(dt)
-        x_t, y_t = x_t - center, y_t - center
-    rng = np.random.RandomState(seed)
-    s = subset_size
-    values = np.empty(n_subsets)
-    for i in range(n_subsets):
-        iy = torch.from_numpy(rng.choice(y_t.shape[0], s, replace=False)).to(dev)
-        ix = torch.from_numpy(rng.choice(x_t.shape[0], s, replace=False)).to(dev)
-        xs, ys = x_t[ix], y_t[iy]
-        kxx, kyy = kernel(xs, xs).to(torch.float64), kernel(ys, ys).to(torch.float64)
-        kxy = kernel(xs, ys).sum(dtype=torch.float64)
-        within = kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()
-        values[i] = float(within / (s * (s - 1)) - 2 * kxy / (s * s))
-    return float(values.mean()), float(values.std())
+    x_t, y_t = as_features(x, "x"), as_features(y, "y")
+    mean, std = subset_kd(
+        x_t,
+        None,
+        [y_t],
+        kernel,
+        n_subsets=n_subsets,
+        subset_size=subset_size,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+    )
+    return float(mean[0, 0]), float(std[0, 0])
 
 
 def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None = None) -> None:

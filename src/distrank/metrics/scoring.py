@@ -36,6 +36,7 @@ from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwi
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import prdc
 from distrank.metrics.registry import METRICS
+from distrank.metrics.subsets import subset_kd
 from distrank.metrics.table import from_rows
 
 Values = dict[str, dict[str, tuple[float, np.ndarray]]]
@@ -164,26 +165,22 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
                 name: {"kd": (float(pooled[g]), per_client[g])}
                 for g, name in enumerate(inputs.models)
             }
-        parts = [x] + [inputs.client_rows(c) for c in range(len(groups.sizes))]
-        out = {}
-        for name, y in inputs.models.items():
-            runs = np.array(
-                [
-                    kd_.kd_subsets(
-                        p,
-                        y,
-                        kern,
-                        n_subsets=o.n_subsets,
-                        subset_size=o.subset_size,
-                        seed=o.seed,
-                        dtype=o.dtype,
-                        device=inputs.device,
-                    )
-                    for p in parts
-                ]
-            )
-            out[name] = {"kd": (runs[0, 0], runs[1:, 0]), "kd_std": (runs[0, 1], runs[1:, 1])}
-        return out
+        mean, std = subset_kd(
+            x,
+            groups.index,
+            list(inputs.models.values()),
+            kern,
+            n_subsets=o.n_subsets,
+            subset_size=o.subset_size,
+            seed=o.seed,
+            dtype=o.dtype,
+            device=inputs.device,
+            block_size=inputs.block_size,
+        )
+        return {
+            name: {"kd": (mean[g, 0], mean[g, 1:]), "kd_std": (std[g, 0], std[g, 1:])}
+            for g, name in enumerate(inputs.models)
+        }
 
     return run
 
