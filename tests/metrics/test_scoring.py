@@ -223,3 +223,17 @@ def test_a_small_client_is_the_subject_of_its_error():
     with pytest.raises(ValueError) as err:  # an option is no input
         score(x, np.repeat(["a", "b"], [7, 3]), {"g": RNG.normal(size=(8, 2))}, pr_k=0)
     assert not isinstance(err.value, InputError)
+
+
+def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
+    """One model's covariance at a time (the smallest chunk) and all at once agree
+    bit for bit: memory, not the arithmetic, changes."""
+    from distrank.metrics import scoring
+
+    rng = np.random.default_rng(4)
+    x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], 30)
+    models = {f"m{i}": rng.standard_normal((40, 5)) + i for i in range(3)}
+    whole = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
+    monkeypatch.setattr(scoring, "FD_CHUNK_BYTES", 1)
+    chunked = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
+    assert chunked["value"].tolist() == whole["value"].tolist()

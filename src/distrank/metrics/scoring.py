@@ -40,6 +40,8 @@ from distrank.metrics.subsets import subset_kd
 from distrank.metrics.table import from_rows
 
 Values = dict[str, dict[str, tuple[float, np.ndarray]]]
+#: Bytes of model covariances FD holds at once (models are scored in chunks of this).
+FD_CHUNK_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -195,20 +197,23 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
             )
 
     def run() -> Values:
-        # One client's (d, d) statistics at a time, pooled as they come: memory holds
-        # the models' and two clients' covariances, whatever the number of clients.
-        dev, k = inputs.device, len(inputs.groups.sizes)
-        model_stats = [gaussian_stats(y, device=dev) for y in inputs.models.values()]
-        fd = np.empty((k + 1, len(model_stats)))
-        pooled = None
-        for c in range(k):
-            stats = gaussian_stats(inputs.client_rows(c), device=dev)
-            fd[c] = frechet_distances([stats], model_stats, device=dev)[0]
-            pooled = stats if pooled is None else pool_stats([pooled, stats])
-        fd[k] = frechet_distances([pooled], model_stats, device=dev)[0]
-        return {
-            name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(inputs.models)
-        }
+        # Models in chunks of FD_CHUNK_BYTES of covariances; per chunk, one client's
+        # (d, d) statistics at a time, pooled as they come: memory holds a chunk of
+        # models' and two clients' covariances, whatever the numbers of clients and models.
+        dev, k, names = inputs.device, len(inputs.groups.sizes), list(inputs.models)
+        d = next(iter(inputs.models.values())).shape[1]
+        chunk = max(1, FD_CHUNK_BYTES // (8 * d * d))
+        fd = np.empty((k + 1, len(names)))
+        for start in range(0, len(names), chunk):
+            cols = slice(start, start + chunk)
+            model_stats = [gaussian_stats(inputs.models[n], device=dev) for n in names[cols]]
+            pooled = None
+            for c in range(k):
+                stats = gaussian_stats(inputs.client_rows(c), device=dev)
+                fd[c, cols] = frechet_distances([stats], model_stats, device=dev)[0]
+                pooled = stats if pooled is None else pool_stats([pooled, stats])
+            fd[k, cols] = frechet_distances([pooled], model_stats, device=dev)[0]
+        return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(names)}
 
     return run
 
