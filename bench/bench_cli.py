@@ -53,7 +53,7 @@ def plain(reference: Path, models: list[Path], out: Path) -> None:
             mx, cx = part.mean(axis=0), np.cov(part, rowvar=False)
             root = scipy.linalg.sqrtm(cx @ cy).real
             fd = np.sum((mx - my) ** 2) + np.trace(cx) + np.trace(cy) - 2 * np.trace(root)
-            rows += [f"{path.stem},kd,{key},{kd!r}", f"{path.stem},fd,{key},{fd!r}"]
+            rows += [f"{path.stem},kd,{key},{float(kd)!r}", f"{path.stem},fd,{key},{float(fd)!r}"]
     out.write_text("model,metric,client,value\n" + "\n".join(rows) + "\n")
 
 
@@ -84,7 +84,7 @@ def timed(command: list[str]) -> tuple[float, float]:
 def compare(ours: Path, theirs: Path) -> dict[str, float]:
     import pandas as pd
 
-    a = pd.read_csv(ours, keep_default_na=False)
+    a = pd.read_csv(ours, keep_default_na=False, dtype={"client": str})
     a = a[a.aggregation != "avg"].assign(model=a.model.astype(str))
     a = pd.to_numeric(a.set_index(["model", "metric", "client"]).value, errors="coerce")
     b = pd.read_csv(theirs, keep_default_na=False, dtype={"client": str})
