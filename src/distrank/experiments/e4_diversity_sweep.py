@@ -307,6 +307,15 @@ def _best(scores_: np.ndarray, higher: bool) -> int:
     return int(np.argmax(scores_) if higher else np.argmin(scores_))
 
 
+def _seed_bests(curve: pd.DataFrame, higher: bool) -> pd.Series:
+    """Each seed's best knob value of one curve (the lowest value among ties), by seed."""
+    return (
+        curve.sort_values("value")
+        .groupby("seed")
+        .apply(lambda g: float(g["value"].iloc[_best(g["score"].to_numpy(float), higher)]))
+    )
+
+
 def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
     """Per family, metric and aggregation: the best knob value of the seed-averaged
     curve (argmin for distances, argmax for PRDC; the lowest knob value among ties),
@@ -319,10 +328,7 @@ def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
     for (family, metric, agg), group in curves.groupby(_CURVE, sort=False):
         mean = group.groupby("value")["score"].mean()
         best = _best(mean.to_numpy(float), higher[metric])
-        per_seed = [
-            float(g["value"].iloc[_best(g["score"].to_numpy(float), higher[metric])])
-            for _, g in group.sort_values("value").groupby("seed")
-        ]
+        per_seed = _seed_bests(group, higher[metric])
         rows.append(
             {
                 "family": family,
@@ -358,14 +364,17 @@ def theorem2_check(
     from scipy.stats import spearmanr
 
     decreasing = {m["family"]: m["decreasing"] for m in models.values()}
-    table = e4_table(curves[curves["metric"] == metric]).set_index(["family", "aggregation"])
-    seeds = e4_table_per_seed(curves[curves["metric"] == metric])
+    fd = curves[curves["metric"] == metric]
+    table = e4_table(fd).set_index(["family", "aggregation"])
     mean = mean_curves(curves[curves["aggregation"] == "all"])
     rows = []
     for family in dict.fromkeys(curves["family"]):
         sign = -1 if decreasing[family] else 1
         b_all, b_avg = table.loc[(family, "all")], table.loc[(family, "avg")]
-        shifts = sign * np.sign(seeds.loc[family, "avg"] - seeds.loc[family, "all"])
+        best = {
+            a: _seed_bests(g, False) for a, g in fd[fd["family"] == family].groupby("aggregation")
+        }
+        shifts = sign * np.sign(best["avg"] - best["all"])
         counts = {k: int((shifts == v).sum()) for k, v in (("less", -1), ("same", 0), ("more", 1))}
         verdict = [k for k, n in counts.items() if n == len(shifts)]
         rho = {}
@@ -397,18 +406,6 @@ def theorem2_check(
             }
         )
     return pd.DataFrame(rows)
-
-
-def e4_table_per_seed(curves: pd.DataFrame) -> pd.Series:
-    """The best knob value of every (family, aggregation, seed) curve of one distance
-    metric (argmin, the lowest value among ties), indexed by family and aggregation
-    (one entry per seed, in seed order)."""
-    best = (
-        curves.sort_values("value")
-        .groupby(["family", "aggregation", "seed"], sort=False)
-        .apply(lambda g: float(g["value"].iloc[int(np.argmin(g["score"].to_numpy(float)))]))
-    )
-    return best.sort_index()
 
 
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
