@@ -24,11 +24,11 @@ BENCH = f"benchmarks/{STUDY}"
 # The experiments this config runs, and what they need from the rest of the DAG:
 # the image models they add to the zoo, and per partition the models scored on it.
 # The zoo's families: shipped checkpoints (sha256-pinned) and those trained in the DAG.
-PRETRAINED = {f: s for f, s in config.get("zoo", {}).items() if s.get("pretrained")}
-TRAINED = {
+ZOO_PRETRAINED = {f: s for f, s in config.get("zoo", {}).items() if s.get("pretrained")}
+ZOO_TRAINED = {
     f: {k: v for k, v in s.items() if k != "pretrained"}
     for f, s in config.get("zoo", {}).items()
-    if f not in PRETRAINED
+    if f not in ZOO_PRETRAINED
 }
 
 EXPERIMENTS = {key: experiments.get(key) for key in config["experiments"]}

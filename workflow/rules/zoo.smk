@@ -14,7 +14,7 @@ rule train_generator:
     benchmark:
         f"{BENCH}/train_generator/{{family}}.tsv"
     wildcard_constraints:
-        family=one_of(TRAINED),
+        family=one_of(ZOO_TRAINED),
     conda:
         "../../envs/torch.yaml"
     threads: res("train_generator", "threads")
@@ -23,7 +23,7 @@ rule train_generator:
         runtime=res("train_generator", "runtime"),
     params:
         family=lambda wc: wc.family,
-        settings=lambda wc: TRAINED[wc.family],
+        settings=lambda wc: ZOO_TRAINED[wc.family],
         seed=config["seed"],
         images=config["reference"],
     script:
@@ -34,18 +34,18 @@ rule train_generator:
 # sha256 pin; it is never retrained.
 rule pretrained_generator:
     input:
-        lambda wc: PRETRAINED[wc.family]["pretrained"],
+        lambda wc: ZOO_PRETRAINED[wc.family]["pretrained"],
     output:
         f"{RESULTS}/zoo/{{family}}.pt",
     log:
         f"{LOGS}/pretrained_generator/{{family}}.log",
     wildcard_constraints:
-        family=one_of(PRETRAINED),
+        family=one_of(ZOO_PRETRAINED),
     conda:
         "../../envs/core.yaml"
     localrule: True
     params:
-        sha256=lambda wc: PRETRAINED[wc.family]["sha256"],
+        sha256=lambda wc: ZOO_PRETRAINED[wc.family]["sha256"],
     script:
         "../../scripts/pretrained_generator.py"
 
@@ -54,7 +54,7 @@ rule pretrained_generator:
 # the checkpoints the default study ships in pretrained/).
 rule pretrain:
     input:
-        expand(f"{RESULTS}/zoo/{{family}}.{{ext}}", family=TRAINED, ext=["pt", "json"]),
+        expand(f"{RESULTS}/zoo/{{family}}.{{ext}}", family=ZOO_TRAINED, ext=["pt", "json"]),
 
 
 rule generate:
