@@ -1,5 +1,6 @@
 # Config lookups and input functions; nothing here computes results. Cross-key
 # checks live in distrank.config, the experiments in distrank.experiments.
+import os
 import re
 
 from snakemake.logging import logger
@@ -24,7 +25,13 @@ BENCH = f"benchmarks/{STUDY}"
 # The experiments this config runs, and what they need from the rest of the DAG:
 # the image models they add to the zoo, and per partition the models scored on it.
 # The zoo's families: shipped checkpoints (sha256-pinned) and those trained in the DAG.
-ZOO_PRETRAINED = {f: s for f, s in config.get("zoo", {}).items() if s.get("pretrained")}
+# A shipped checkpoint's path is relative to the repository (beside the Snakefile),
+# whatever the working directory.
+ZOO_PRETRAINED = {
+    f: {**s, "pretrained": os.path.join(os.path.dirname(workflow.main_snakefile), s["pretrained"])}
+    for f, s in config.get("zoo", {}).items()
+    if s.get("pretrained")
+}
 ZOO_TRAINED = {
     f: {k: v for k, v in s.items() if k != "pretrained"}
     for f, s in config.get("zoo", {}).items()
