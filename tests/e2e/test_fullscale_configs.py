@@ -24,7 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 # The image studies; configs/agreement-full.yaml runs the agreement study alone.
-STUDIES = sorted(p for p in (REPO / "configs").glob("*.yaml") if not p.stem.startswith("agreement"))
+# Full-scale studies: every config but the agreement study's and the zoo's pretraining.
+STUDIES = sorted(
+    p for p in (REPO / "configs").glob("*.yaml") if not p.stem.startswith(("agreement", "zoo-"))
+)
 EXPERIMENTS = ("E1_kd_consistency", "E2_fd_counterexample", "E3_gaussian_theory", "E6_prdc")
 # Rules every full-scale plan runs (extract_archive too where an artifact is unpacked).
 RULES = {
@@ -246,3 +249,9 @@ def test_download_rules_record_checksums_and_reject_a_changed_file(served, tmp_p
     assert "ChecksumError" in log and "failed verification: sha256" in log
     assert not (downloads / "adm").exists() and not (downloads / "adm.part").exists()
     assert json.loads(lock.read_text()) == recorded
+
+
+def test_the_pretrain_config_plans_the_three_families_on_the_whole_train_split(tmp_path):
+    run = snakemake(tmp_path, REPO / "configs/zoo-pretrain.yaml", "--dry-run", "pretrain")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert job_stats(run.stdout) == {"real_images": 1, "train_generator": 3, "pretrain": 1}
