@@ -41,9 +41,9 @@ rule pretrained_generator:
         f"{LOGS}/pretrained_generator/{{family}}.log",
     wildcard_constraints:
         family=one_of(ZOO_PRETRAINED),
+    localrule: True
     conda:
         "../../envs/core.yaml"
-    localrule: True
     params:
         sha256=lambda wc: ZOO_PRETRAINED[wc.family]["sha256"],
     script:

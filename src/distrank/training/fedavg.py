@@ -171,12 +171,8 @@ def train_cgan_fedavg(
     local_steps = positive_int(local_steps, "local_steps")
     batch_size = positive_int(batch_size, "batch_size")
     n_classes = _check_shards(shards, batch_size, n_classes)
-    config = {
-        "z_dim": z_dim,
-        "width": width,
-        "n_classes": n_classes,
-        "side": int(shards[0].images.shape[-1]),
-    }
+    side = int(shards[0].images.shape[-1])
+    config = {"z_dim": z_dim, "width": width, "n_classes": n_classes, "side": side}
     lam = shard_weights(shards)
     dev = training_device(device)
     run = {"seed": seed, "rounds": rounds, "local_steps": local_steps, "batch_size": batch_size}
@@ -191,36 +187,18 @@ def train_cgan_fedavg(
         clients = [
             _Client(s, client_seed(seed, i), config, lr_g, lr_d, dev) for i, s in enumerate(shards)
         ]
-        done, history, generator, discriminator, velocity = _resume(
-            store, clients, gen.state_dict(), disc.state_dict(), dev
-        )
+        done, history, *networks = _resume(store, clients, gen.state_dict(), disc.state_dict(), dev)
         names = [f"g.{k}" for k, _ in gen.named_parameters()]
         names += [f"d.{k}" for k, _ in disc.named_parameters()]
         per_round = local_steps * len(shards)
         with progress(total=rounds * per_round, desc=desc, unit="step") as bar:
             bar.update(done * per_round)
             for r in range(done + 1, rounds + 1):
-                losses = [
-                    c.train(generator, discriminator, local_steps, batch_size, bar) for c in clients
-                ]
-                averaged = _joined(
-                    average_states([c.gen.state_dict() for c in clients], lam),
-                    average_states([c.disc.state_dict() for c in clients], lam),
-                )
-                if server_momentum:
-                    averaged, velocity = momentum_step(
-                        _joined(generator, discriminator),
-                        averaged,
-                        velocity,
-                        server_momentum,
-                        names,
-                    )
-                generator, discriminator = _split(averaged)
+                losses = [c.train(*networks[:2], local_steps, batch_size, bar) for c in clients]
+                networks = _server_step(clients, lam, networks, server_momentum, names)
                 d_loss, g_loss = _record(history, r, losses)
                 log.info("%s round %d/%d: d_loss %.4f g_loss %.4f", desc, r, rounds, d_loss, g_loss)
-                _save_round(
-                    store, r, config, (generator, discriminator, velocity), clients, history
-                )
+                _save_round(store, r, config, networks, clients, history)
     return [store.load(r) for r in range(1, rounds + 1)]
 
 
@@ -251,6 +229,22 @@ def _check_shards(shards: Sequence[Shard], batch_size: int, n_classes: int | Non
         check_labels(shard.labels, len(shard), n_classes)
         to_float(shard.images[:1])  # checks uint8 (N, H, W)
     return n_classes
+
+
+def _server_step(clients, lam, networks, server_momentum: float, names) -> tuple:
+    """The server's step of a round: the clients' weighted average of both networks, as
+    FedAvgM's step when ``server_momentum`` is set. ``networks`` is (generator,
+    discriminator, velocity or None); returns the new three."""
+    generator, discriminator, velocity = networks
+    averaged = _joined(
+        average_states([c.gen.state_dict() for c in clients], lam),
+        average_states([c.disc.state_dict() for c in clients], lam),
+    )
+    if server_momentum:
+        averaged, velocity = momentum_step(
+            _joined(generator, discriminator), averaged, velocity, server_momentum, names
+        )
+    return (*_split(averaged), velocity)
 
 
 def _joined(generator: dict, discriminator: dict) -> dict:
