@@ -254,4 +254,9 @@ def test_download_rules_record_checksums_and_reject_a_changed_file(served, tmp_p
 def test_the_pretrain_config_plans_the_three_families_on_the_whole_train_split(tmp_path):
     run = snakemake(tmp_path, REPO / "configs/zoo-pretrain.yaml", "--dry-run", "pretrain")
     assert run.returncode == 0, run.stdout[-3000:]
-    assert job_stats(run.stdout) == {"real_images": 1, "train_generator": 3, "pretrain": 1}
+    assert job_stats(run.stdout) == {
+        "real_images": 1,
+        "train_generator": 3,
+        "zoo_provenance": 3,
+        "pretrain": 1,
+    }
