@@ -138,6 +138,11 @@ def _arguments(argv) -> argparse.Namespace:
     p.add_argument("--no-float64", action="store_true", help="skip the float64 accuracy run")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    return small_grid(args)
+
+
+def small_grid(args: argparse.Namespace) -> argparse.Namespace:
+    """``--small``: M=4 x K=4, n=2000, m=500, d=256, the baseline on every model."""
     if args.small:
         args.models, args.clients, args.n, args.m, args.d = 4, 4, 2000, 500, 256
         args.baseline_models = args.models

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 import torch
-from bench_grid import make_data
+from bench_grid import make_data, small_grid
 
 from distrank.metrics import score
 
@@ -155,10 +155,7 @@ def _arguments(argv) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.small:
-        args.models, args.clients, args.n, args.m, args.d = 4, 4, 2000, 500, 256
-        args.baseline_models = args.models
-    return args
+    return small_grid(args)
 
 
 def main(argv=None) -> None:
