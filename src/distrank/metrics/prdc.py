@@ -169,24 +169,32 @@ def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int) -> dict[int, torch.Tensor]:
-    """Squared distance of each row of x to its k-th nearest other row, for each k."""
+    """Squared distance of each row of x to its k-th nearest other row, for each k.
+
+    Distances are symmetric, so only the blocks on and above the diagonal are formed
+    (half the GEMMs): block (r, c) offers its rows' candidates along its rows and
+    its columns' candidates along its columns.
+    """
     n, kmax = x.shape[0], max(ks)
-    radii = {k: torch.empty(n, dtype=x.dtype, device=x.device) for k in ks}
+    best = torch.full((n, kmax), torch.inf, dtype=x.dtype, device=x.device)
     for r0 in range(0, n, block):
         r1 = min(n, r0 + block)
-        best = torch.full((r1 - r0, kmax), torch.inf, dtype=x.dtype, device=x.device)
-        for c0 in range(0, n, block):
+        for c0 in range(r0, n, block):
             c1 = min(n, c0 + block)
             d2 = sq_euclidean(x[r0:r1], x[c0:c1], x_sq[r0:r1], x_sq[c0:c1])
-            lo, hi = max(r0, c0), min(r1, c1)
-            if lo < hi:  # the point itself is not its own neighbour
-                self_idx = torch.arange(lo, hi, device=x.device)
-                d2[self_idx - r0, self_idx - c0] = torch.inf
-            nearest = d2.topk(min(kmax, c1 - c0), dim=1, largest=False).values
-            best = torch.cat([best, nearest], dim=1).topk(kmax, dim=1, largest=False).values
-        for k in ks:
-            radii[k][r0:r1] = best[:, k - 1]
-    return radii
+            if c0 == r0:  # a square block: the point itself is not its own neighbour
+                d2.fill_diagonal_(torch.inf)
+            _keep_smallest(best[r0:r1], d2)
+            if c0 != r0:
+                _keep_smallest(best[c0:c1], d2.T.contiguous())
+    return {k: best[:, k - 1].clone() for k in ks}
+
+
+def _keep_smallest(best: torch.Tensor, d2: torch.Tensor) -> None:
+    """``best`` (rows, k) <- the k smallest of ``best`` and of each row of ``d2``, sorted."""
+    k = best.shape[1]
+    nearest = d2.topk(min(k, d2.shape[1]), dim=1, largest=False).values
+    best.copy_(torch.cat([best, nearest], dim=1).topk(k, dim=1, largest=False).values)
 
 
 def _reference_radii(ref, ref_sq, groups, ks, block):
