@@ -82,6 +82,35 @@ def test_score_writes_the_tidy_table_and_prints_a_summary(files, capsys):
     assert taus["kd"] == "+1.000"  # KD ranks the models the same way in both aggregations
 
 
+def test_threads_caps_torch_and_blas_during_the_command_only(files, monkeypatch, capsys):
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from distrank.cli import score as score_command
+
+    seen, scored = {}, score_command.scored
+
+    def spy(*args, **kwargs):
+        seen["torch"] = torch.get_num_threads()
+        seen["blas"] = {lib["num_threads"] for lib in threadpool_info()}
+        return scored(*args, **kwargs)
+
+    monkeypatch.setattr(score_command, "scored", spy)
+    torch.set_num_threads(2)
+    try:
+        ref, out = str(files / "ref.npz"), str(files / "scores.csv")
+        args = ["score", "--reference", ref, *model_args(files), "--out", out]
+        assert main([*args, "--threads", "1"]) == 0
+        assert seen == {"torch": 1, "blas": {1}}
+        assert torch.get_num_threads() == 2  # restored
+        with pytest.raises(SystemExit):
+            main([*args, "--threads", "0"])
+        message = cli_error(capsys.readouterr().err, "score")
+        assert message == "argument --threads: expected a positive integer, got '0'"
+    finally:
+        torch.set_num_threads(1)
+
+
 KENDALL = "Kendall tau between the 'all' and 'avg' rankings of the models:"
 
 

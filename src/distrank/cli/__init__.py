@@ -34,7 +34,9 @@ from distrank.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     EXIT_WEIGHTS,
+    cpu_threads,
     missing_weights,
+    positive,
 )
 
 __all__ = [
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     previous = set_quiet(True) if args.quiet else None
     try:
-        return args.run(args)
+        with cpu_threads(args.threads):
+            return args.run(args)
     except (ValueError, OSError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"distrank {args.command}: error: {message}", file=sys.stderr)
@@ -87,6 +90,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--quiet", "-q", action="store_true", help="no progress bars (also: DISTRANK_QUIET=1)"
+    )
+    common.add_argument(
+        "--threads",
+        type=positive,
+        metavar="N",
+        help="CPU threads of torch and the BLAS libraries (default: every core, or "
+        "OMP_NUM_THREADS); on a shared machine or in a cluster job, the cores you hold",
     )
     parser = argparse.ArgumentParser(
         prog="distrank",

@@ -4,6 +4,7 @@ arguments and the library defaults they show."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import re
 import sys
@@ -112,6 +113,26 @@ def input_features(args):
         batch_size=args.batch_size,
         workers=args.workers,
     )
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """At most ``n`` CPU threads for torch and every loaded BLAS/OpenMP library, restored
+    on exit (``None``: unchanged). Two LAPACK threads on a core another process holds
+    make FD's eigenproblems many times slower, so a job should use the cores it holds."""
+    if n is None:
+        yield
+        return
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 # ---------------------------------------------------------------------------
