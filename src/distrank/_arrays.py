@@ -52,6 +52,13 @@ def as_features(x, name: str) -> torch.Tensor:
         raise ValueError(f"{name}: expected a 2-d (rows, d) array, got shape {tuple(x.shape)}")
     if x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"{name}: empty array of shape {tuple(x.shape)}")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+    if x.is_floating_point() and not _all_finite(x):
         raise ValueError(f"{name}: contains NaN or infinite values")
     return x
+
+
+def _all_finite(x: torch.Tensor, elements: int = 2**22) -> bool:
+    """Whether every entry is finite, checked in row blocks of about ``elements``
+    entries (``isfinite`` of the whole array would hold several times its size)."""
+    step = max(1, elements // x.shape[1])
+    return all(bool(torch.isfinite(x[r : r + step]).all()) for r in range(0, x.shape[0], step))
