@@ -160,63 +160,83 @@ def parse_size(text: str) -> tuple[int, ...]:
     return values
 
 
-# ---- cost model: time = a * work + b, peak RSS = r0 + c * bytes, per stage ----
+# ---- cost model: CPU time = work / rate + t0, peak RSS = r0 + bytes, per stage ----
 
 
-def work(stage: str, size) -> float:
-    """Arithmetic of a stage (multiply-adds of its GEMMs and eigenproblems)."""
+def work(stage: str, size) -> np.ndarray:
+    """Arithmetic of a stage, in multiply-adds: (GEMM, eigenproblem) terms.
+
+    KD and PRDC form the blocks on and above the diagonal of the symmetric products;
+    FD forms the clients' scatters once per chunk of models (``FD_CHUNK_BYTES``), each
+    model's once, and per (client, model) pair a rank-r product and its eigenvalues,
+    r the smaller rank bound of the two sides (as in ``frechet_distances``).
+    """
     n, k, n_models, m, d = size
     sizes = client_sizes(n, k, np.random.default_rng(0)).astype(float)
-    cross, models = n * n_models * m * d, n_models * m * m * d
-    if stage == "kd":  # S_XX (symmetric), S_XY, S_YY (symmetric)
-        return n * n * d / 2 + cross + models / 2
+    cross, models = n * n_models * m * d, n_models * m * m * d / 2
+    if stage == "kd":  # S_XX, S_XY, S_YY
+        return np.array([n * n * d / 2 + cross + models, 0.0])
     if stage == "prdc":  # pooled and client k-NN radii, reference x model, model radii
-        return (n * n + (sizes**2).sum()) * d + cross + models
-    r = np.minimum(sizes, d)  # FD: scatters, then per (client, model) a rank-r product
-    fd = (n + n_models * m) * d * d + n_models * (r * d * d + r * r * d + r**3).sum()
+        return np.array([(n * n + (sizes**2).sum()) * d / 2 + cross + models, 0.0])
     if stage == "fd":
-        return fd
-    return work("kd", size) + work("prdc", size) + fd  # cli: all six
+        from distrank.metrics.scoring import FD_CHUNK_BYTES
+
+        passes = -(-n_models // max(1, FD_CHUNK_BYTES // (8 * d * d)))
+        r = np.minimum(np.append(sizes, n), min(m, d + 1)) - 1  # clients' pairs, FD_all's
+        gemm = (passes * n + n_models * m) * d * d + n_models * (r * d * d + r * r * d).sum()
+        return np.array([gemm, n_models * (r**3).sum()])
+    return sum(work(s, size) for s in ("kd", "fd", "prdc"))  # cli: all six
 
 
 def nbytes(stage: str, size) -> float:
     """Bytes a stage must hold: float32 inputs, PRDC's client-grouped copy of the
-    reference, FD's float64 (d, d) covariance of every model."""
+    reference, FD's chunk of float64 (d, d) model covariances and two clients'."""
+    from distrank.metrics.scoring import FD_CHUNK_BYTES
+
     n, _, n_models, m, d = size
-    inputs = 4.0 * (n + n_models * m) * d
-    return inputs + {"kd": 0, "prdc": 4.0 * n * d, "fd": 8.0 * n_models * d * d}.get(
-        stage, 4.0 * n * d + 8.0 * n_models * d * d
-    )
+    held = {"kd": 0.0, "prdc": 4.0 * n * d, "fd": min(8.0 * n_models * d * d, FD_CHUNK_BYTES)}
+    held["fd"] += 16.0 * d * d
+    held["cli"] = max(held.values())
+    return 4.0 * (n + n_models * m) * d + held[stage]
 
 
 def fit(rows: list[dict], stage: str) -> dict:
-    """Least squares of CPU time on work and of peak RSS on bytes, over the sizes
-    (CPU seconds: other jobs on the machine stretch wall time, not CPU time)."""
+    """Least squares of CPU time on work (FD: its GEMM and eigenproblem terms apart),
+    and the largest measured excess of peak RSS over ``nbytes``, over the sizes (CPU
+    seconds: other jobs on the machine stretch wall time, not CPU time)."""
     pts = [r for r in rows if r.get("stage") == stage]
     sizes = [parse_size(r["size"]) for r in pts]
-    w = np.array([work(stage, s) for s in sizes])
-    b = np.array([nbytes(stage, s) for s in sizes])
-    (a, t0), *_ = np.linalg.lstsq(np.c_[w, np.ones_like(w)], [r["cpu_s"] for r in pts])
-    (c, r0), *_ = np.linalg.lstsq(np.c_[b, np.ones_like(b)], [r["peak_rss_gib"] for r in pts])
-    return {"stage": stage, "gflops": 1e-9 / a, "t0_s": t0, "c": c * GIB, "r0_gib": r0}
+    w = np.array([work(stage, s) for s in sizes]) / 1e9
+    terms = w if stage == "fd" else w[:, :1]
+    coef, *_ = np.linalg.lstsq(np.c_[terms, np.ones(len(pts))], [r["cpu_s"] for r in pts])
+    r0 = max(r["peak_rss_gib"] - nbytes(stage, s) / GIB for r, s in zip(pts, sizes))
+    return {"s_per_gmac": coef[:-1], "t0_s": coef[-1], "r0_gib": r0}
+
+
+def seconds(f: dict, stage: str, size) -> float:
+    w = work(stage, size) / 1e9
+    return float(w[: len(f["s_per_gmac"])] @ f["s_per_gmac"] + f["t0_s"])
 
 
 def report(path: Path, target=(1_000_000, 1000, 10, 10_000, 2048)) -> None:
-    """The fitted constants per stage, and the projection to ``target`` on one
-    machine (everything) and per client (the score_client job of the largest client)."""
+    """The fitted constants per stage, each measured point against the fit, and the
+    projection to ``target`` on one machine (everything) and per client (the
+    score_client job of the largest client)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     n, k, n_models, m, d = target
     largest = int(client_sizes(n, k, np.random.default_rng(0)).max())
     client = (largest, 1, n_models, m, d)
-    for stage in ("kd", "fd", "prdc", "cli"):
+    for stage in ("kd", "fd", "prdc"):
         f = fit(rows, stage)
-        one = (work(stage, target) * 1e-9 / f["gflops"] + f["t0_s"]) / 3600
-        per = work(stage, client) * 1e-9 / f["gflops"] + f["t0_s"]
-        mem = [f["r0_gib"] + f["c"] * nbytes(stage, s) / GIB for s in (target, client)]
+        rates = " + ".join(f"{1 / a:.1f}" for a in f["s_per_gmac"])
+        print(f"{stage:5s} Gmac per CPU-s {rates}, t0 {f['t0_s']:.1f} s; r0 {f['r0_gib']:.2f} GiB")
+        for r in (r for r in rows if r.get("stage") == stage):
+            size = parse_size(r["size"])
+            print(f"      {r['size']:28s} CPU {r['cpu_s']:8.1f} s  fit {seconds(f, stage, size):8.1f} s")
+        mem = [f["r0_gib"] + nbytes(stage, s) / GIB for s in (target, client)]
         print(
-            f"{stage:5s} {f['gflops']:6.1f} Gmac/s  t0 {f['t0_s']:6.1f} s  "
-            f"c {f['c']:.2f}  r0 {f['r0_gib']:.2f} GiB | {fmt(target)}: {one:7.1f} h, "
-            f"{mem[0]:6.1f} GiB | client of {largest} rows: {per:7.1f} s, {mem[1]:5.2f} GiB"
+            f"      {fmt(target)}: {seconds(f, stage, target) / 3600:.1f} CPU-h, {mem[0]:.1f} GiB"
+            f" | client of {largest} rows: {seconds(f, stage, client):.0f} CPU-s, {mem[1]:.2f} GiB"
         )
 
 
