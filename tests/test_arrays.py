@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrank._arrays import _all_finite, as_features
+from distrank._arrays import _all_finite, as_features, column_mean
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -17,3 +17,12 @@ def test_a_non_finite_entry_in_any_row_block_is_found(row, bad):
     with pytest.raises(ValueError) as err:
         as_features(x, "reference")
     assert str(err.value) == "reference: contains NaN or infinite values"
+
+
+def test_column_mean_in_row_blocks_is_the_float64_mean():
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(101, 7)).astype(np.float32)
+    exact = x.astype(np.float64).mean(axis=0)
+    for elements in (7, 70, 10_000):  # 1 row, 10 rows, all rows per block
+        got = column_mean(torch.from_numpy(x), elements=elements)
+        assert got.dtype == torch.float64
+        np.testing.assert_allclose(got.numpy(), exact, rtol=1e-14)

@@ -57,8 +57,21 @@ def as_features(x, name: str) -> torch.Tensor:
     return x
 
 
-def _all_finite(x: torch.Tensor, elements: int = 2**22) -> bool:
-    """Whether every entry is finite, checked in row blocks of about ``elements``
-    entries (``isfinite`` of the whole array would hold several times its size)."""
+# Entries of one row block of the whole-array passes below (16 MiB of float32): a
+# whole-array ``isfinite`` or float64 ``mean`` would hold several times the array.
+_ELEMENTS = 2**22
+
+
+def _row_blocks(x: torch.Tensor, elements: int):
     step = max(1, elements // x.shape[1])
-    return all(bool(torch.isfinite(x[r : r + step]).all()) for r in range(0, x.shape[0], step))
+    return (x[r : r + step] for r in range(0, x.shape[0], step))
+
+
+def _all_finite(x: torch.Tensor, elements: int = _ELEMENTS) -> bool:
+    """Whether every entry is finite, checked one row block at a time."""
+    return all(bool(torch.isfinite(b).all()) for b in _row_blocks(x, elements))
+
+
+def column_mean(x: torch.Tensor, elements: int = _ELEMENTS) -> torch.Tensor:
+    """The mean of the rows of ``x`` in float64, summed one row block at a time."""
+    return sum(b.sum(dim=0, dtype=torch.float64) for b in _row_blocks(x, elements)) / x.shape[0]

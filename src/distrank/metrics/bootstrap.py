@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, resolve_device, work_dtype
+from distrank._arrays import as_features, column_mean, resolve_device, work_dtype
 from distrank._checks import about, positive_int
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
@@ -97,7 +97,7 @@ def resampled_kernel_sums(
         raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
-    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
+    center = column_mean(x).to(dt) if kernel.translation_invariant else None
     if center is not None:  # as kd.kernel_sums does: less cancellation, same kernel values
         x = x - center
     index = np.asarray(client_index)

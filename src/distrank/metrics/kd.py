@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel, make_kernel
 from distrank.metrics.subsets import subset_kd
 
@@ -136,7 +136,7 @@ def _reference_blocks(reference, client_index, kernel, dev, dt):
     less cancellation), the centre (or None) and the (n, k) one-hot client matrix
     (:class:`_OneHot`, formed per row block)."""
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
-    center = x.mean(dim=0, dtype=torch.float64).to(dt) if kernel.translation_invariant else None
+    center = column_mean(x).to(dt) if kernel.translation_invariant else None
     if center is not None:
         x = x - center
     index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._arrays import as_features, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank.clients import client_groups
 from distrank.metrics.kernels import sq_euclidean, sq_norms
 from distrank.metrics.options import ScoreOptions
@@ -106,7 +106,7 @@ def prdc(
     # reference mean, which leaves distances unchanged but reduces cancellation.
     ref = reference[torch.as_tensor(order, device=reference.device)]
     ref = ref.to(device=device, dtype=dtype_)
-    center = ref.mean(dim=0, dtype=torch.float64).to(dtype_)
+    center = column_mean(ref).to(dtype_)
     ref -= center
     ref_sq = _sq_norms(ref, block)
 

@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, resolve_device, work_dtype
+from distrank._arrays import as_features, column_mean, resolve_device, work_dtype
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import sqrt_factor
@@ -293,7 +293,7 @@ def _prdc(x, groups, ys, values, wanted, pr_k, dc_k, dt, dev):
     counted for the pool and for every partition at once, into per-client sums.
     """
     ref = x.to(device=dev, dtype=dt, copy=True)
-    center = ref.mean(dim=0, dtype=torch.float64).to(dt)
+    center = column_mean(ref).to(dt)
     ref -= center  # as prdc.prdc: distances unchanged, less cancellation
     block = _check_block(None, dt.itemsize)  # prdc.prdc's blocks: the same radii
     ref_sq = _sq_norms(ref, block)

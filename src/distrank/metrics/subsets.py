@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import resolve_device, work_dtype
+from distrank._arrays import column_mean, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel
 
 ACC = torch.float64
@@ -77,7 +77,7 @@ def _parts(x, client_index, kernel) -> _Parts:
         ends += list(bounds[1:])
         rows += [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
     x = x[torch.from_numpy(order).to(x.device)]
-    center = x.mean(dim=0, dtype=ACC).to(x.dtype) if kernel.translation_invariant else None
+    center = column_mean(x).to(x.dtype) if kernel.translation_invariant else None
     if center is not None:
         x = x - center
     return _Parts(x, center, np.asarray(starts), np.asarray(ends), rows)
