@@ -17,7 +17,7 @@ The CLI's table is compared with the API's (largest relative difference). Sizes 
     .venv/bin/python bench/bench_scale.py --quick                 # ~1-2 min
     .venv/bin/python bench/bench_scale.py                         # n=100k, K=100, M=10, m=10k, d=2048
     .venv/bin/python bench/bench_scale.py --sizes 10000,10,4,2000,512 20000,20,4,2000,512
-    .venv/bin/python bench/bench_scale.py --fit results.jsonl     # fit the cost model
+    .venv/bin/python bench/bench_scale.py --fit bench/results/scale.jsonl   # the cost model
 """
 
 from __future__ import annotations
@@ -164,12 +164,14 @@ def parse_size(text: str) -> tuple[int, ...]:
 
 
 def work(stage: str, size) -> np.ndarray:
-    """Arithmetic of a stage, in multiply-adds: (GEMM, eigenproblem) terms.
+    """(multiply-adds, per-client d x d terms) of a stage.
 
-    KD and PRDC form the blocks on and above the diagonal of the symmetric products;
-    FD forms the clients' scatters once per chunk of models (``FD_CHUNK_BYTES``), each
-    model's once, and per (client, model) pair a rank-r product and its eigenvalues,
-    r the smaller rank bound of the two sides (as in ``frechet_distances``).
+    KD and PRDC form the blocks on and above the diagonal of the symmetric products.
+    FD forms the clients' scatters once per chunk of models (``FD_CHUNK_BYTES``) and
+    each model's once, and per (client, model) pair a rank-r product and its
+    eigenvalues, r the smaller rank bound of the two sides (``frechet_distances``);
+    its second term counts the (d, d) statistics it makes and pools per client and
+    pass, memory-bound work that dominates when clients are small.
     """
     n, k, n_models, m, d = size
     sizes = client_sizes(n, k, np.random.default_rng(0)).astype(float)
@@ -183,8 +185,10 @@ def work(stage: str, size) -> np.ndarray:
 
         passes = -(-n_models // max(1, FD_CHUNK_BYTES // (8 * d * d)))
         r = np.minimum(np.append(sizes, n), min(m, d + 1)) - 1  # clients' pairs, FD_all's
-        gemm = (passes * n + n_models * m) * d * d + n_models * (r * d * d + r * r * d).sum()
-        return np.array([gemm, n_models * (r**3).sum()])
+        pairs = (r * d * d + r * r * d + r**3).sum()
+        return np.array(
+            [(passes * n + n_models * m) * d * d + n_models * pairs, passes * k * d * d]
+        )
     return sum(work(s, size) for s in ("kd", "fd", "prdc"))  # cli: all six
 
 
@@ -201,14 +205,16 @@ def nbytes(stage: str, size) -> float:
 
 
 def fit(rows: list[dict], stage: str) -> dict:
-    """Least squares of CPU time on work (FD: its GEMM and eigenproblem terms apart),
-    and the largest measured excess of peak RSS over ``nbytes``, over the sizes (CPU
-    seconds: other jobs on the machine stretch wall time, not CPU time)."""
+    """Non-negative least squares of CPU time on work (FD: both terms), and the
+    largest measured excess of peak RSS over ``nbytes``, over the sizes (CPU seconds:
+    other jobs on the machine stretch wall time, not CPU time)."""
+    from scipy.optimize import nnls
+
     pts = [r for r in rows if r.get("stage") == stage]
     sizes = [parse_size(r["size"]) for r in pts]
     w = np.array([work(stage, s) for s in sizes]) / 1e9
     terms = w if stage == "fd" else w[:, :1]
-    coef, *_ = np.linalg.lstsq(np.c_[terms, np.ones(len(pts))], [r["cpu_s"] for r in pts])
+    coef, _ = nnls(np.c_[terms, np.ones(len(pts))], [r["cpu_s"] for r in pts])
     r0 = max(r["peak_rss_gib"] - nbytes(stage, s) / GIB for r, s in zip(pts, sizes))
     return {"s_per_gmac": coef[:-1], "t0_s": coef[-1], "r0_gib": r0}
 
@@ -228,11 +234,15 @@ def report(path: Path, target=(1_000_000, 1000, 10, 10_000, 2048)) -> None:
     client = (largest, 1, n_models, m, d)
     for stage in ("kd", "fd", "prdc"):
         f = fit(rows, stage)
-        rates = " + ".join(f"{1 / a:.1f}" for a in f["s_per_gmac"])
-        print(f"{stage:5s} Gmac per CPU-s {rates}, t0 {f['t0_s']:.1f} s; r0 {f['r0_gib']:.2f} GiB")
+        rates = ", ".join(f"{a:.4f}" for a in f["s_per_gmac"])
+        print(
+            f"{stage:5s} CPU-s per G of work: {rates}; t0 {f['t0_s']:.1f} s; r0 {f['r0_gib']:.2f} GiB"
+        )
         for r in (r for r in rows if r.get("stage") == stage):
             size = parse_size(r["size"])
-            print(f"      {r['size']:28s} CPU {r['cpu_s']:8.1f} s  fit {seconds(f, stage, size):8.1f} s")
+            print(
+                f"      {r['size']:28s} CPU {r['cpu_s']:8.1f} s  fit {seconds(f, stage, size):8.1f} s"
+            )
         mem = [f["r0_gib"] + nbytes(stage, s) / GIB for s in (target, client)]
         print(
             f"      {fmt(target)}: {seconds(f, stage, target) / 3600:.1f} CPU-h, {mem[0]:.1f} GiB"
