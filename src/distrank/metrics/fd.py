@@ -69,8 +69,10 @@ def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianS
     for b0 in range(0, n, block_size):
         total += x[b0 : b0 + block_size].to(dev).sum(dim=0, dtype=torch.float64)
     mean = total / n
-    scatter = None  # the first block's product itself (no zeros to add: d x d temporaries
-    for b0 in range(0, n, block_size):  # dominate a small client's time)
+    # The first block's product is the scatter (no zeros to add to): for a small client,
+    # (d, d) temporaries cost more than its product.
+    scatter = None
+    for b0 in range(0, n, block_size):
         centred = x[b0 : b0 + block_size].to(dev, torch.float64) - mean
         product = centred.T @ centred
         scatter = product if scatter is None else scatter.add_(product)
