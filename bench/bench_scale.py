@@ -164,7 +164,8 @@ def parse_size(text: str) -> tuple[int, ...]:
 
 
 def work(stage: str, size) -> np.ndarray:
-    """(multiply-adds, per-client d x d terms) of a stage.
+    """The work terms of a stage ("kd", "fd" or "prdc"): its multiply-adds, and for
+    FD also its per-client (d, d) terms.
 
     KD and PRDC form the blocks on and above the diagonal of the symmetric products.
     FD forms the clients' scatters once per chunk of models (``FD_CHUNK_BYTES``) and
@@ -177,19 +178,15 @@ def work(stage: str, size) -> np.ndarray:
     sizes = client_sizes(n, k, np.random.default_rng(0)).astype(float)
     cross, models = n * n_models * m * d, n_models * m * m * d / 2
     if stage == "kd":  # S_XX, S_XY, S_YY
-        return np.array([n * n * d / 2 + cross + models, 0.0])
+        return np.array([n * n * d / 2 + cross + models])
     if stage == "prdc":  # pooled and client k-NN radii, reference x model, model radii
-        return np.array([(n * n + (sizes**2).sum()) * d / 2 + cross + models, 0.0])
-    if stage == "fd":
-        from distrank.metrics.scoring import FD_CHUNK_BYTES
+        return np.array([(n * n + (sizes**2).sum()) * d / 2 + cross + models])
+    from distrank.metrics.scoring import FD_CHUNK_BYTES
 
-        passes = -(-n_models // max(1, FD_CHUNK_BYTES // (8 * d * d)))
-        r = np.minimum(np.append(sizes, n), min(m, d + 1)) - 1  # clients' pairs, FD_all's
-        pairs = (r * d * d + r * r * d + r**3).sum()
-        return np.array(
-            [(passes * n + n_models * m) * d * d + n_models * pairs, passes * k * d * d]
-        )
-    return sum(work(s, size) for s in ("kd", "fd", "prdc"))  # cli: all six
+    passes = -(-n_models // max(1, FD_CHUNK_BYTES // (8 * d * d)))
+    r = np.minimum(np.append(sizes, n), min(m, d + 1)) - 1  # clients' pairs, FD_all's
+    pairs = (r * d * d + r * r * d + r**3).sum()
+    return np.array([(passes * n + n_models * m) * d * d + n_models * pairs, passes * k * d * d])
 
 
 def nbytes(stage: str, size) -> float:
@@ -200,7 +197,6 @@ def nbytes(stage: str, size) -> float:
     n, _, n_models, m, d = size
     held = {"kd": 0.0, "prdc": 4.0 * n * d, "fd": min(8.0 * n_models * d * d, FD_CHUNK_BYTES)}
     held["fd"] += 16.0 * d * d
-    held["cli"] = max(held.values())
     return 4.0 * (n + n_models * m) * d + held[stage]
 
 
@@ -213,15 +209,13 @@ def fit(rows: list[dict], stage: str) -> dict:
     pts = [r for r in rows if r.get("stage") == stage]
     sizes = [parse_size(r["size"]) for r in pts]
     w = np.array([work(stage, s) for s in sizes]) / 1e9
-    terms = w if stage == "fd" else w[:, :1]
-    coef, _ = nnls(np.c_[terms, np.ones(len(pts))], [r["cpu_s"] for r in pts])
+    coef, _ = nnls(np.c_[w, np.ones(len(pts))], [r["cpu_s"] for r in pts])
     r0 = max(r["peak_rss_gib"] - nbytes(stage, s) / GIB for r, s in zip(pts, sizes))
     return {"s_per_gmac": coef[:-1], "t0_s": coef[-1], "r0_gib": r0}
 
 
 def seconds(f: dict, stage: str, size) -> float:
-    w = work(stage, size) / 1e9
-    return float(w[: len(f["s_per_gmac"])] @ f["s_per_gmac"] + f["t0_s"])
+    return float(work(stage, size) / 1e9 @ f["s_per_gmac"] + f["t0_s"])
 
 
 def report(path: Path, target=(1_000_000, 1000, 10, 10_000, 2048)) -> None:
