@@ -1,6 +1,7 @@
 """The score table: layout, aggregations, PRDC wiring, client scores and input checks."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from prdc import compute_prdc
@@ -237,3 +238,32 @@ def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
     monkeypatch.setattr(scoring, "FD_CHUNK_BYTES", 1)
     chunked = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
     assert chunked["value"].tolist() == whole["value"].tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "kernel,params", [("poly", None), ("rbf", {"bandwidth": 2.0}), ("laplace", None)]
+)
+def test_kd_from_prdcs_products_is_kd_from_its_own(federation, monkeypatch, dtype, kernel, params):
+    """With PRDC in the call, KD's sums come from PRDC's products (kernel_sums is not
+    called), and every value is bit for bit that of scoring the families apart."""
+    from distrank.metrics import kd
+
+    x, clients, models = federation
+    opts = {"kernel": kernel, "kernel_params": params, "dtype": dtype, "block_size": 64}
+    apart = pd.concat(
+        [
+            score(x, clients, models, metrics=[m], **opts)
+            for m in ("kd", "precision", "recall", "density", "coverage")
+        ]
+    )
+    monkeypatch.setattr(kd, "kernel_sums", None)
+    shared = score(
+        x, clients, models, metrics=["kd", "precision", "recall", "density", "coverage"], **opts
+    )
+    key = ["model", "metric", "aggregation", "client"]
+    pd.testing.assert_frame_equal(
+        shared.sort_values(key).reset_index(drop=True),
+        apart.sort_values(key).reset_index(drop=True),
+    )
+    assert (shared.metric == "kd").sum() == 3 * (2 + 3)

@@ -98,7 +98,7 @@ def resampled_kernel_sums(
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = column_mean(x).to(dt) if kernel.translation_invariant else None
-    if center is not None:  # as kd.kernel_sums does: less cancellation, same kernel values
+    if center is not None:  # less cancellation, the same kernel values
         x = x - center
     index = np.asarray(client_index)
     k = int(index.max()) + 1

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
-from distrank.metrics.kernels import Kernel, make_kernel
+from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
 from distrank.metrics.subsets import subset_kd
 
 ESTIMATORS = ("unbiased", "biased", "subsets")
@@ -102,45 +102,129 @@ def kernel_sums(
     client in 0..k-1; ``models`` yields (m, d) arrays (all checked by the caller).
     Kernel blocks of ``block_size`` rows are formed and reduced in ``dtype``
     (float32: fast GEMMs), and the block sums are accumulated in float64; no
-    n x n or n x m matrix is ever held. A block's column sums per client are one
-    GEMM with the client one-hot matrix, so any row order and any number of
-    clients cost the same. S_XX and S_YY are symmetric: only blocks on or above
-    the diagonal are formed.
+    n x n or n x m matrix is ever held. The rows are grouped by client and centred
+    on the reference mean (:class:`~distrank.metrics.kernels.Centred`), as PRDC
+    does, so that ``prdc(..., products=builder)`` gives these sums bit for bit from
+    PRDC's own products. S_XX and S_YY are symmetric: only blocks on or above the
+    diagonal are formed.
     """
-    dev, dt = resolve_device(device), work_dtype(dtype)
-    x, center, groups = _reference_blocks(reference, client_index, kernel, dev, dt)
-    k = groups.shape[1]
-    xx, xx_diag = _symmetric_sums(x, groups, kernel, block_size)
-
-    xy, yy, yy_diag, sizes = [], [], [], []
+    builder = _pooled(reference, client_index, kernel, device, dtype, block_size)
     for y in models:
-        y = torch.as_tensor(y)
-        sums = _model_sums(x, groups, y, center, kernel, block_size)
-        xy.append(sums[0])
-        yy.append(sums[1])
-        yy_diag.append(sums[2])
-        sizes.append(y.shape[0])
-    return KernelSums(
-        client_sizes=np.bincount(client_index, minlength=k).astype(np.int64),
-        model_sizes=np.asarray(sizes, dtype=np.int64),
-        xx=xx.cpu().numpy(),
-        xx_diag=xx_diag.cpu().numpy(),
-        xy=torch.stack(xy).cpu().numpy() if xy else np.zeros((0, k)),
-        yy=torch.stack(yy).cpu().numpy() if yy else np.zeros(0),
-        yy_diag=torch.stack(yy_diag).cpu().numpy() if yy_diag else np.zeros(0),
-    )
+        builder.add_model(torch.as_tensor(y), block_size)
+    return builder.sums()
 
 
-def _reference_blocks(reference, client_index, kernel, dev, dt):
-    """The reference in ``dt`` on ``dev`` (centred for a translation-invariant kernel,
-    less cancellation), the centre (or None) and the (n, k) one-hot client matrix
-    (:class:`_OneHot`, formed per row block)."""
-    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
-    center = column_mean(x).to(dt) if kernel.translation_invariant else None
-    if center is not None:
-        x = x - center
-    index = torch.as_tensor(client_index, dtype=torch.int64, device=dev)
-    return x, center, _OneHot(index, int(index.max()) + 1, dt)
+def _pooled(reference, client_index, kernel, device, dtype, block) -> SumsBuilder:
+    """A :class:`SumsBuilder` that has the reference, grouped by client and centred on
+    its mean in ``dtype`` on ``device``, and every block of it with itself."""
+    dev, dt = resolve_device(device), work_dtype(dtype)
+    index = np.asarray(client_index)
+    order = np.argsort(index, kind="stable")
+    x = torch.as_tensor(reference)
+    x = x[torch.from_numpy(order).to(x.device)].to(device=dev, dtype=dt)
+    builder = SumsBuilder(kernel)
+    builder.reference(Centred.of(x, column_mean(x).to(dt), in_place=True), index[order])
+    for rows, cols, gram in gram_blocks(builder.ref.rows, None, block):
+        builder.pool(rows, cols, gram)
+    return builder
+
+
+class SumsBuilder:
+    """:class:`KernelSums` from blocks of centred products, whoever forms them.
+
+    The calls, in order: :meth:`reference` once, :meth:`pool` for each block of the
+    reference with itself on or above the diagonal, then per model
+    :meth:`start_model`, :meth:`model_self` for its own blocks (on or above the
+    diagonal) and :meth:`cross` for its blocks with the reference (:meth:`add_model`
+    does the last three). ``kernel_sums`` makes every call itself; PRDC makes them
+    from the products it forms anyway, so KD costs no GEMM of its own.
+    """
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.models: list[list[torch.Tensor]] = []  # per model: S_{X_i Y} (k,), S_YY, tr_Y
+        self.model_sizes: list[int] = []
+
+    def reference(self, ref: Centred, client_index: np.ndarray) -> None:
+        """The reference rows grouped by client (``client_index`` sorted, in 0..k-1),
+        centred on ``ref.center``."""
+        self.ref = ref
+        index = torch.as_tensor(client_index, dtype=torch.int64, device=ref.rows.device)
+        self.sizes = np.bincount(client_index)
+        self.groups = _OneHot(index, len(self.sizes), ref.rows.dtype)
+        k, dev = len(self.sizes), ref.rows.device
+        self.xx = torch.zeros(k, k, dtype=torch.float64, device=dev)
+        self.xx_diag = torch.zeros(k, dtype=torch.float64, device=dev)
+
+    def pool(self, rows: slice, cols: slice, gram: torch.Tensor) -> None:
+        kab = self.kernel.from_gram(gram, self.ref[rows], self.ref[cols])
+        ga = self.groups[rows].to(torch.float64)
+        pair = ga.T @ (kab @ self.groups[cols]).to(torch.float64)
+        if rows == cols:
+            self.xx += pair
+            self.xx_diag += ga.T @ torch.diagonal(kab).to(torch.float64)
+        else:  # the mirrored block is this one transposed
+            self.xx += pair + pair.T
+
+    def start_model(self, y: Centred) -> None:
+        """Model rows centred as the reference is."""
+        self.y = y
+        zero = torch.zeros((), dtype=torch.float64, device=y.rows.device)
+        self.models.append([zero.expand(self.groups.shape[1]), zero, zero])
+        self.model_sizes.append(y.rows.shape[0])
+
+    def model_self(self, rows: slice, cols: slice, gram: torch.Tensor) -> None:
+        kab = self.kernel.from_gram(gram, self.y[rows], self.y[cols])
+        sums = self.models[-1]
+        total = _row_sums(kab).sum()
+        if rows == cols:
+            sums[1] = sums[1] + total
+            sums[2] = sums[2] + torch.diagonal(kab).to(torch.float64).sum()
+        else:
+            sums[1] = sums[1] + 2 * total
+
+    def cross(self, rows: slice, cols: slice, gram: torch.Tensor) -> None:
+        kab = self.kernel.from_gram(gram, self.ref[rows], self.y[cols])
+        sums = self.models[-1]
+        sums[0] = sums[0] + self.groups[rows].to(torch.float64).T @ _row_sums(kab)
+
+    def add_model(self, y: torch.Tensor, block: int) -> None:
+        """Every block of the model rows ``y`` (not centred; any dtype and device)."""
+        rows_ = self.ref.rows
+        self.start_model(Centred.of(y.to(device=rows_.device, dtype=rows_.dtype), self.ref.center))
+        for rows, cols, gram in gram_blocks(self.y.rows, None, block):
+            self.model_self(rows, cols, gram)
+        for rows, cols, gram in gram_blocks(rows_, self.y.rows, block):
+            self.cross(rows, cols, gram)
+
+    def pop_model(self) -> list[torch.Tensor]:
+        """The last model's (S_{X_i Y} (k,), S_YY, tr_Y), float64, forgotten here."""
+        self.model_sizes.pop()
+        return self.models.pop()
+
+    def sums(self) -> KernelSums:
+        k = len(self.sizes)
+        xy, yy, yy_diag = (
+            torch.stack([s[i] for s in self.models]).cpu().numpy()
+            if self.models
+            else np.zeros((0, k) if i == 0 else 0)
+            for i in range(3)
+        )
+        return KernelSums(
+            client_sizes=self.sizes.astype(np.int64),
+            model_sizes=np.asarray(self.model_sizes, dtype=np.int64),
+            xx=self.xx.cpu().numpy(),
+            xx_diag=self.xx_diag.cpu().numpy(),
+            xy=xy,
+            yy=yy,
+            yy_diag=yy_diag,
+        )
+
+
+def _row_sums(block: torch.Tensor) -> torch.Tensor:
+    """Row sums of a kernel block in its dtype (vectorised: a float64 reduction of a
+    float32 block costs a sixth of its GEMM), as float64 for accumulation."""
+    return block.sum(dim=1).to(torch.float64)
 
 
 class _OneHot:
@@ -155,62 +239,12 @@ class _OneHot:
         return torch.nn.functional.one_hot(self.index[rows], self.shape[1]).to(self.dtype)
 
 
-def _model_sums(x, groups, y, center, kernel, block):
-    """(S_{X_i Y} per client (k,), S_YY, tr_Y), float64, differentiable in ``y``.
-
-    ``x``, ``center`` and ``groups`` come from :func:`_reference_blocks`.
-    """
-    y = y.to(device=x.device, dtype=x.dtype)
-    if center is not None:
-        y = y - center
-    s, diag = _symmetric_sums(
-        y, torch.ones(y.shape[0], 1, dtype=x.dtype, device=x.device), kernel, block
-    )
-    return _cross_sums(x, groups, y, kernel, block), s[0, 0], diag[0]
-
-
-def _symmetric_sums(x, groups, kernel, block):
-    """(k x k) group-pair sums of k(x, x') and (k,) group sums of k(x, x).
-
-    ``groups`` is the (rows, k) one-hot group matrix in x's dtype (a tensor or a
-    :class:`_OneHot`; only its row slices are read).
-    """
-    acc = torch.float64
-    n, k = groups.shape
-    pairs = torch.zeros(k, k, dtype=acc, device=x.device)
-    diag = torch.zeros(k, dtype=acc, device=x.device)
-    for a0 in range(0, n, block):
-        xa, ga = x[a0 : a0 + block], groups[a0 : a0 + block].to(acc)
-        for b0 in range(a0, n, block):
-            kab = kernel(xa, x[b0 : b0 + block])
-            pair = ga.T @ (kab @ groups[b0 : b0 + block]).to(acc)
-            if b0 == a0:
-                pairs += pair
-                diag += ga.T @ torch.diagonal(kab).to(acc)
-            else:  # the mirrored block (b, a) is this one transposed
-                pairs += pair + pair.T
-    return pairs, diag
-
-
-def _cross_sums(x, groups, y, kernel, block):
-    """(k,) per-group sums of k(x, y) over x's groups and all rows of y."""
-    acc = torch.float64
-    sums = torch.zeros(groups.shape[1], dtype=acc, device=x.device)
-    for a0 in range(0, x.shape[0], block):
-        xa = x[a0 : a0 + block]
-        rows = sum(
-            kernel(xa, y[c0 : c0 + block]).sum(dim=1).to(acc) for c0 in range(0, y.shape[0], block)
-        )
-        sums += groups[a0 : a0 + block].to(acc).T @ rows
-    return sums
-
-
 class KDObjective:
     r"""KD of generated rows Y to a fixed, client-split reference, differentiable in Y.
 
     ``objective(y)`` returns ``(kd_client, kd_all)`` as float64 torch tensors of
     shapes (k,) and (), the values :meth:`KernelSums.kd` gives for the same rows,
-    from the same block sums (:func:`_model_sums`) and the same formula
+    from the same block sums (:class:`SumsBuilder`) and the same formula
     (:func:`_kd_terms`), with autograd through them: the squared-MMD loss of MMD
     training (Li et al., "Generative Moment Matching Networks", ICML 2015; Dziugaite
     et al., UAI 2015). The reference's S_XX blocks do not depend on Y and are
@@ -256,14 +290,12 @@ class KDObjective:
         check_sizes({f"reference: client {c}": int(n) for c, n in enumerate(sizes)}, estimator)
         self.kernel, self.estimator = kernel, estimator
         self.block_size = positive_int(block_size, "block_size")
-        dev, dt = resolve_device(device), work_dtype(dtype)
-        self._x, self._center, self._groups = _reference_blocks(x, index, kernel, dev, dt)
-        self._xx, self._xx_diag = _symmetric_sums(self._x, self._groups, kernel, block_size)
-        self.client_sizes = torch.as_tensor(sizes, dtype=torch.float64, device=dev)
+        self._sums = _pooled(x, index, kernel, device, dtype, self.block_size)
+        self.client_sizes = torch.as_tensor(sizes, dtype=torch.float64, device=self._sums.xx.device)
 
     @property
     def dim(self) -> int:
-        return self._x.shape[1]
+        return self._sums.ref.rows.shape[1]
 
     def __call__(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(KD(X_i, Y) for each client i, KD(X, Y) of the pooled reference X)."""
@@ -273,13 +305,12 @@ class KDObjective:
                 f"{getattr(y, 'shape', type(y).__name__)}"
             )
         check_sizes({"y": y.shape[0]}, self.estimator)
-        xy, yy, yy_diag = _model_sums(
-            self._x, self._groups, y, self._center, self.kernel, self.block_size
-        )
+        self._sums.add_model(y, self.block_size)
+        xy, yy, yy_diag = self._sums.pop_model()
         m = torch.full((1,), float(y.shape[0]), dtype=torch.float64, device=xy.device)
         kd_client, kd_all = _kd_terms(
-            self._xx,
-            self._xx_diag,
+            self._sums.xx,
+            self._sums.xx_diag,
             xy[None, :],
             yy[None],
             yy_diag[None],

@@ -58,9 +58,52 @@ def sq_euclidean(
     """
     x_sq = sq_norms(x) if x_sq is None else x_sq
     y_sq = sq_norms(y) if y_sq is None else y_sq
-    return (
-        torch.addmm(y_sq.unsqueeze(0), x, y.T, alpha=-2.0).add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
-    )
+    return sq_from_gram(torch.mm(x, y.T), x_sq, y_sq)
+
+
+def sq_from_gram(gram: torch.Tensor, x_sq: torch.Tensor, y_sq: torch.Tensor) -> torch.Tensor:
+    """``|x|^2 + |y|^2 - 2 <x, y>`` (clamped at 0) from the products ``gram``, which are
+    left as they are: KD and PRDC share one product per block."""
+    return torch.add(y_sq.unsqueeze(0), gram, alpha=-2.0).add_(x_sq.unsqueeze(1)).clamp_(min=0.0)
+
+
+@dataclass(frozen=True)
+class Centred:
+    """Rows x - c for a fixed centre c (the reference mean), with what a kernel needs
+    to undo the centring: ``<x, y> = <x - c, y - c> + shift_x + shift_y`` with
+    ``shift = <x - c, c> + |c|^2 / 2``, and ``sq = |x - c|^2``.
+
+    Products of centred rows have less cancellation in the distances of PRDC and the
+    rbf kernel, and one product per block serves KD and PRDC (:func:`gram_blocks`).
+    """
+
+    rows: torch.Tensor  # (n, d)
+    shift: torch.Tensor  # (n,)
+    sq: torch.Tensor  # (n,)
+    center: torch.Tensor  # (d,)
+
+    @classmethod
+    def of(cls, x: torch.Tensor, center: torch.Tensor, *, in_place: bool = False) -> Centred:
+        """``x - center`` (into ``x`` itself if ``in_place``) and its shifts and squared norms."""
+        rows = x.sub_(center) if in_place else x - center
+        half = 0.5 * float(center.double() @ center.double())
+        sq = torch.cat([sq_norms(part) for part in rows.split(4096)])  # no (n, d) temporary
+        return cls(rows, torch.mv(rows, center).add_(half), sq, center)
+
+    def __getitem__(self, part: slice) -> Centred:
+        return Centred(self.rows[part], self.shift[part], self.sq[part], self.center)
+
+
+def gram_blocks(x: torch.Tensor, y: torch.Tensor | None, block: int):
+    """Yield ``(rows, cols, x[rows] @ y[cols].T)`` over blocks of ``block`` rows, rows
+    outer; ``y=None``: x with itself, only the blocks on and above the diagonal."""
+    n = x.shape[0]
+    for r0 in range(0, n, block):
+        rows = slice(r0, min(n, r0 + block))
+        other, c_first = (x, r0) if y is None else (y, 0)
+        for c0 in range(c_first, other.shape[0], block):
+            cols = slice(c0, min(other.shape[0], c0 + block))
+            yield rows, cols, torch.mm(x[rows], other[cols].T)
 
 
 def rbf_kernel(x: torch.Tensor, y: torch.Tensor, *, bandwidth: float) -> torch.Tensor:
@@ -101,6 +144,19 @@ class Kernel:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _FUNCTIONS[self.name](x, y, **self.params)
+
+    def from_gram(self, gram: torch.Tensor, a: Centred, b: Centred) -> torch.Tensor:
+        """k(a, b) for all row pairs from the centred products ``gram = a.rows @ b.rows.T``,
+        which poly and linear overwrite."""
+        if self.name == "laplace":
+            return laplace_kernel(a.rows, b.rows, **self.params)
+        if self.name == "rbf":
+            return sq_from_gram(gram, a.sq, b.sq).mul_(-0.5 / self.params["bandwidth"] ** 2).exp_()
+        gram = gram.add_(a.shift.unsqueeze(1)).add_(b.shift.unsqueeze(0))
+        if self.name == "linear":
+            return gram
+        p = self.params
+        return gram.mul_(p["gamma"]).add_(p["coef0"]).pow_(p["degree"])
 
 
 def check_kernel_name(name: str) -> str:

@@ -40,7 +40,7 @@ import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank.clients import client_groups
-from distrank.metrics.kernels import sq_euclidean, sq_norms
+from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram, sq_norms
 from distrank.metrics.options import ScoreOptions
 from distrank.metrics.registry import PRDC as METRICS
 from distrank.metrics.registry import check_metrics
@@ -60,6 +60,7 @@ def prdc(
     dtype: str = ScoreOptions.dtype,
     device=None,
     block_rows: int | None = None,
+    products=None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Score every model against the pooled reference and against each client.
 
@@ -73,6 +74,12 @@ def prdc(
         dtype: ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
         device: torch device (``None``: CUDA if available, else CPU).
         block_rows: rows of one distance block (``None``: sized to a fixed budget).
+        products: a :class:`~distrank.metrics.kd.SumsBuilder` (or anything with its
+            methods) given every product block this pass forms, in
+            ``kd.kernel_sums``' order: KD's sums come free of GEMMs of their own.
+            Only when every block KD needs is formed here: ``precision``,
+            ``density`` or ``coverage`` (the pooled radii) and ``recall`` (the model
+            radii) are all wanted.
 
     Returns:
         ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``.
@@ -102,22 +109,32 @@ def prdc(
     )
     _check_client_sizes(labels, groups, ref_ks)
 
+    if products is not None and not ("recall" in wanted and ref_ks):
+        raise ValueError(
+            "products: KD shares PRDC's products only when recall and one of "
+            "precision, density, coverage are wanted"
+        )
+
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
     ref = reference[torch.as_tensor(order, device=reference.device)]
     ref = ref.to(device=device, dtype=dtype_)
-    center = column_mean(ref).to(dtype_)
-    ref -= center
-    ref_sq = _sq_norms(ref, block)
+    ref = Centred.of(ref, column_mean(ref).to(dtype_), in_place=True)
+    if products is not None:
+        products.reference(ref, np.repeat(np.arange(len(groups)), [b - a for a, b in groups]))
 
-    pooled_r2, client_r2 = _reference_radii(ref, ref_sq, groups, ref_ks, block)
+    pool_hook = None if products is None else products.pool
+    pooled_r2, client_r2 = _reference_radii(ref, groups, ref_ks, block, pool_hook)
 
     result = {}
     for name, y in fakes.items():
-        fake = y.to(device=device, dtype=dtype_, copy=True)
-        fake -= center
-        hits = _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, block)
-        result[name] = _values(hits, labels, groups, wanted, dc_k, fake.shape[0])
+        fake = Centred.of(y.to(device=device, dtype=dtype_), ref.center)
+        if products is not None:
+            products.start_model(fake)
+        hits = _hits(
+            ref, fake, groups, (pooled_r2, client_r2), wanted, (pr_k, dc_k), block, products
+        )
+        result[name] = _values(hits, labels, groups, wanted, dc_k, fake.rows.shape[0])
     return result
 
 
@@ -168,25 +185,25 @@ def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:
     return torch.cat([sq_norms(b) for b in x.split(block)])
 
 
-def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int) -> dict[int, torch.Tensor]:
+def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int, on_gram=None) -> dict[int, torch.Tensor]:
     """Squared distance of each row of x to its k-th nearest other row, for each k.
 
     Distances are symmetric, so only the blocks on and above the diagonal are formed
     (half the GEMMs): block (r, c) offers its rows' candidates along its rows and
-    its columns' candidates along its columns.
+    its columns' candidates along its columns. ``on_gram(rows, cols, products)``,
+    if given, gets each block's products after its distances are formed.
     """
     n, kmax = x.shape[0], max(ks)
     best = torch.full((n, kmax), torch.inf, dtype=x.dtype, device=x.device)
-    for r0 in range(0, n, block):
-        r1 = min(n, r0 + block)
-        for c0 in range(r0, n, block):
-            c1 = min(n, c0 + block)
-            d2 = sq_euclidean(x[r0:r1], x[c0:c1], x_sq[r0:r1], x_sq[c0:c1])
-            if c0 == r0:  # a square block: the point itself is not its own neighbour
-                d2.fill_diagonal_(torch.inf)
-            _keep_smallest(best[r0:r1], d2)
-            if c0 != r0:
-                _keep_smallest(best[c0:c1], d2.T.contiguous())
+    for rows, cols, gram in gram_blocks(x, None, block):
+        d2 = sq_from_gram(gram, x_sq[rows], x_sq[cols])
+        if on_gram is not None:
+            on_gram(rows, cols, gram)
+        if rows == cols:  # a square block: the point itself is not its own neighbour
+            d2.fill_diagonal_(torch.inf)
+        _keep_smallest(best[rows], d2)
+        if rows != cols:
+            _keep_smallest(best[cols], d2.T.contiguous())
     return {k: best[:, k - 1].clone() for k in ks}
 
 
@@ -197,49 +214,52 @@ def _keep_smallest(best: torch.Tensor, d2: torch.Tensor) -> None:
     best.copy_(torch.cat([best, nearest], dim=1).topk(k, dim=1, largest=False).values)
 
 
-def _reference_radii(ref, ref_sq, groups, ks, block):
-    """Squared k-NN radii of each reference row within the pool and within its client."""
+def _reference_radii(ref: Centred, groups, ks, block, on_gram=None):
+    """Squared k-NN radii of each reference row within the pool and within its client
+    (``on_gram``: see :func:`_knn_sq_radii`, for the pool's blocks)."""
     if not ks:
         return {}, {}
-    pooled = _knn_sq_radii(ref, ref_sq, ks, block)
-    within = {k: torch.empty_like(ref_sq) for k in ks}
+    pooled = _knn_sq_radii(ref.rows, ref.sq, ks, block, on_gram)
+    within = {k: torch.empty_like(ref.sq) for k in ks}
     for start, stop in groups:
-        if (start, stop) == (0, ref.shape[0]):
+        if (start, stop) == (0, ref.rows.shape[0]):
             radii = pooled  # a single client is the pool
         else:
-            radii = _knn_sq_radii(ref[start:stop], ref_sq[start:stop], ks, block)
+            radii = _knn_sq_radii(ref.rows[start:stop], ref.sq[start:stop], ks, block)
         for k in ks:
             within[k][start:stop] = radii[k]
     return pooled, within
 
 
-def _hits(ref, ref_sq, fake, groups, pooled_r2, client_r2, wanted, pr_k, dc_k, block):
+def _hits(ref: Centred, fake: Centred, groups, radii2, wanted, ks, block, products=None):
     """One pass over reference x model blocks, for the pool and every client at once.
 
+    ``radii2`` is (pooled, client) squared reference radii by k, ``ks`` is (pr_k, dc_k).
     Returns per metric: ``recall`` (n,) bool, whether a reference row lies in some
     fake ball; ``precision`` (1 + clients, m) bool, whether a fake row lies in some
     reference ball, with pooled radii (row 0) and with each client's radii;
     ``density`` (2, n) int, fake rows inside each reference ball (pooled, client
-    radii); ``coverage`` (2, n) bool, nearest fake row inside the ball.
+    radii); ``coverage`` (2, n) bool, nearest fake row inside the ball. ``products``
+    gets the model's own blocks (``model_self``) and the cross blocks (``cross``).
     """
-    n, m = ref.shape[0], fake.shape[0]
-    fake_sq = _sq_norms(fake, block)
+    (pooled_r2, client_r2), (pr_k, dc_k) = radii2, ks
+    n, m = ref.rows.shape[0], fake.rows.shape[0]
     radii = {"pooled": pooled_r2, "client": client_r2, "pr_k": pr_k, "dc_k": dc_k}
     if "recall" in wanted:
-        radii["fake"] = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k]
-    hits = _no_hits(wanted, n, m, len(groups), ref)
-    for r0 in range(0, n, block):
-        r1 = min(n, r0 + block)
+        on_gram = None if products is None else products.model_self
+        radii["fake"] = _knn_sq_radii(fake.rows, fake.sq, [pr_k], block, on_gram)[pr_k]
+    hits = _no_hits(wanted, n, m, len(groups), ref.rows)
+    for rows, cols, gram in gram_blocks(ref.rows, fake.rows, block):
+        d2 = sq_from_gram(gram, ref.sq[rows], fake.sq[cols])
+        if products is not None:
+            products.cross(rows, cols, gram)
         # (client index, first row, end row) of each client within this row block
         segments = [
-            (c, max(a, r0) - r0, min(b, r1) - r0)
+            (c, max(a, rows.start) - rows.start, min(b, rows.stop) - rows.start)
             for c, (a, b) in enumerate(groups)
-            if a < r1 and b > r0
+            if a < rows.stop and b > rows.start
         ]
-        for c0 in range(0, m, block):
-            c1 = min(m, c0 + block)
-            d2 = sq_euclidean(ref[r0:r1], fake[c0:c1], ref_sq[r0:r1], fake_sq[c0:c1])
-            _add_block(hits, d2, (r0, r1), (c0, c1), segments, radii)
+        _add_block(hits, d2, rows, cols, segments, radii)
     if "coverage" in wanted:
         nearest_d2 = hits.pop("nearest_d2")
         hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k], nearest_d2 < client_r2[dc_k]])
@@ -262,24 +282,23 @@ def _no_hits(wanted, n: int, m: int, n_clients: int, ref) -> dict[str, torch.Ten
     return hits
 
 
-def _add_block(hits, d2, rows, cols, segments, radii) -> None:
+def _add_block(hits, d2, rows: slice, cols: slice, segments, radii) -> None:
     """Add the block ``d2`` of reference rows ``rows`` x model rows ``cols`` to ``hits``."""
-    (r0, r1), (c0, c1) = rows, cols
     pooled_r2, client_r2, pr_k, dc_k = (radii[k] for k in ("pooled", "client", "pr_k", "dc_k"))
     if "recall" in hits:
-        hits["recall"][r0:r1] |= _any(d2 < radii["fake"][c0:c1].unsqueeze(0), dim=1)
+        hits["recall"][rows] |= _any(d2 < radii["fake"][cols].unsqueeze(0), dim=1)
     if "precision" in hits:
-        inside = d2 < pooled_r2[pr_k][r0:r1].unsqueeze(1)
-        hits["precision"][0, c0:c1] |= _any(inside, dim=0)
-        inside = d2 < client_r2[pr_k][r0:r1].unsqueeze(1)
+        inside = d2 < pooled_r2[pr_k][rows].unsqueeze(1)
+        hits["precision"][0, cols] |= _any(inside, dim=0)
+        inside = d2 < client_r2[pr_k][rows].unsqueeze(1)
         for c, a, b in segments:
-            hits["precision"][1 + c, c0:c1] |= _any(inside[a:b], dim=0)
+            hits["precision"][1 + c, cols] |= _any(inside[a:b], dim=0)
     if "density" in hits:
         for row, r2 in enumerate((pooled_r2[dc_k], client_r2[dc_k])):
-            hits["density"][row, r0:r1] += _count_true(d2 < r2[r0:r1].unsqueeze(1), dim=1)
+            hits["density"][row, rows] += _count_true(d2 < r2[rows].unsqueeze(1), dim=1)
     if "nearest_d2" in hits:
         nearest_d2 = hits["nearest_d2"]
-        torch.minimum(nearest_d2[r0:r1], d2.amin(dim=1), out=nearest_d2[r0:r1])
+        torch.minimum(nearest_d2[rows], d2.amin(dim=1), out=nearest_d2[rows])
 
 
 # On CPU, reductions over uint8 are several times faster than over bool.

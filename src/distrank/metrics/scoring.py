@@ -10,6 +10,8 @@ For each model and metric D the table holds
 Distances", arXiv 2310.11714). KD comes from one set of kernel block sums
 (``kd.kernel_sums``), FD_all from the clients' Gaussian statistics
 (``fd.pool_stats``), and Precision/Recall/Density/Coverage from ``prdc.prdc``.
+When PRDC's pass forms every product KD needs, KD's sums come from those products
+(``kd.SumsBuilder``): the same values bit for bit, without KD's GEMMs.
 
 The scorer dispatches through ``metrics.registry``: a metric's compute function
 takes the checked inputs (:class:`Inputs`) and the requested metric keys it
@@ -128,12 +130,37 @@ def score(
     by_function: dict[Callable, list[str]] = {}
     for key in wanted:
         by_function.setdefault(METRICS[key].function(), []).append(key)
-    runs = [fn(inputs, keys) for fn, keys in by_function.items()]  # all checks first
+    runs = {fn: fn(inputs, keys) for fn, keys in by_function.items()}  # all checks first
+    _share_products(runs, by_function.get(_score_prdc, []))
     values: Values = {name: {} for name in inputs.models}
-    for run in runs:
+    for run in runs.values():
         for name, by_metric in run().items():
             values[name] |= by_metric
+    order = [m for key in wanted for m in (key, f"{key}_std")]  # rows in the asked order
+    values = {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
     return _table(values, groups.names, lam)
+
+
+def _share_products(runs: dict[Callable, Callable], prdc_keys: list[str]) -> None:
+    """Let PRDC's pass give KD its sums when it forms every product KD needs (the
+    pooled radii and the model radii): KD then costs no GEMM of its own, and its
+    values are bit for bit those of its own pass (the same blocks in the same order).
+    """
+    kd_run, prdc_run = runs.get(_score_kd), runs.get(_score_prdc)
+    if kd_run is None or prdc_run is None or kd_run.kernel is None:
+        return
+    if "recall" not in prdc_keys or prdc_keys == ["recall"]:
+        return
+
+    def both() -> Values:
+        builder = kd_.SumsBuilder(kd_run.kernel)
+        values = prdc_run(products=builder)
+        for name, kd in kd_run.values(builder.sums()).items():
+            values[name] |= kd
+        return values
+
+    del runs[_score_kd]
+    runs[_score_prdc] = both
 
 
 def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
@@ -151,22 +178,25 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
         params = {**(params or {}), "bandwidth": bandwidth}
     kern = make_kernel(o.kernel, params, x.shape[1])
 
+    def values(sums: kd_.KernelSums) -> Values:
+        per_client, pooled = sums.kd(estimator)
+        return {
+            name: {"kd": (float(pooled[g]), per_client[g])} for g, name in enumerate(inputs.models)
+        }
+
     def run() -> Values:
         if estimator != "subsets":
-            sums = kd_.kernel_sums(
-                x,
-                groups.index,
-                inputs.models.values(),
-                kern,
-                dtype=o.dtype,
-                device=inputs.device,
-                block_size=inputs.block_size,
+            return values(
+                kd_.kernel_sums(
+                    x,
+                    groups.index,
+                    inputs.models.values(),
+                    kern,
+                    dtype=o.dtype,
+                    device=inputs.device,
+                    block_size=inputs.block_size,
+                )
             )
-            per_client, pooled = sums.kd(estimator)
-            return {
-                name: {"kd": (float(pooled[g]), per_client[g])}
-                for g, name in enumerate(inputs.models)
-            }
         mean, std = subset_kd(
             x,
             groups.index,
@@ -184,6 +214,8 @@ def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
             for g, name in enumerate(inputs.models)
         }
 
+    # What PRDC's pass needs to give KD its sums (_share_products): full-sample KD only.
+    run.kernel, run.values = (kern if estimator != "subsets" else None), values
     return run
 
 
@@ -239,7 +271,7 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
                 subject=inputs.subject(name),
             )
 
-    def run() -> Values:
+    def run(products=None) -> Values:
         result = prdc(
             inputs.reference,
             groups.index,
@@ -249,6 +281,8 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
             metrics=keys,
             dtype=o.dtype,
             device=inputs.device,
+            block_rows=inputs.block_size,
+            products=products,
         )
         return {
             name: {
