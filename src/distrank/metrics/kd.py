@@ -203,21 +203,21 @@ class SumsBuilder:
         return self.models.pop()
 
     def sums(self) -> KernelSums:
-        k = len(self.sizes)
-        xy, yy, yy_diag = (
-            torch.stack([s[i] for s in self.models]).cpu().numpy()
-            if self.models
-            else np.zeros((0, k) if i == 0 else 0)
-            for i in range(3)
-        )
+        def stacked(i: int, empty: tuple) -> np.ndarray:
+            return (
+                torch.stack([s[i] for s in self.models]).cpu().numpy()
+                if self.models
+                else np.zeros(empty)
+            )
+
         return KernelSums(
             client_sizes=self.sizes.astype(np.int64),
             model_sizes=np.asarray(self.model_sizes, dtype=np.int64),
             xx=self.xx.cpu().numpy(),
             xx_diag=self.xx_diag.cpu().numpy(),
-            xy=xy,
-            yy=yy,
-            yy_diag=yy_diag,
+            xy=stacked(0, (0, len(self.sizes))),
+            yy=stacked(1, (0,)),
+            yy_diag=stacked(2, (0,)),
         )
 
 
