@@ -199,3 +199,20 @@ def test_small_client_is_fine_for_recall_alone():
         dtype="float64",
     )
     assert result["g"]["recall"]["1"] in (0.0, 1.0)
+
+
+@pytest.mark.parametrize("metrics", [["precision", "density"], ["recall"]])
+def test_products_need_the_pooled_and_the_model_blocks(metrics):
+    """KD's sums come from PRDC's products only when PRDC forms all of them."""
+    from distrank.metrics.kd import SumsBuilder
+    from distrank.metrics.kernels import make_kernel
+
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(40, 3)), rng.normal(size=(30, 3))
+    builder = SumsBuilder(make_kernel("poly", None, 3))
+    with pytest.raises(ValueError) as raised:
+        prdc(x, np.zeros(40, int), {"g": y}, metrics=metrics, products=builder)
+    assert str(raised.value) == (
+        "products: KD shares PRDC's products only when recall and one of "
+        "precision, density, coverage are wanted"
+    )

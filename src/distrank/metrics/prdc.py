@@ -74,12 +74,9 @@ def prdc(
         dtype: ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
         device: torch device (``None``: CUDA if available, else CPU).
         block_rows: rows of one distance block (``None``: sized to a fixed budget).
-        products: a :class:`~distrank.metrics.kd.SumsBuilder` (or anything with its
-            methods) given every product block this pass forms, in
-            ``kd.kernel_sums``' order: KD's sums come free of GEMMs of their own.
-            Only when every block KD needs is formed here: ``precision``,
-            ``density`` or ``coverage`` (the pooled radii) and ``recall`` (the model
-            radii) are all wanted.
+        products: a :class:`~distrank.metrics.kd.SumsBuilder`, given every product
+            block this pass forms, in ``kd.kernel_sums``' order, so that KD needs no
+            GEMM of its own; needs ``recall`` and one of the other three metrics.
 
     Returns:
         ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``.
@@ -102,18 +99,8 @@ def prdc(
     n, d = reference.shape
     fakes = _check_models(models, d, recall_k=pr_k if "recall" in wanted else None)
     labels, groups, order = _client_groups(clients, n)
-    # k of the reference radii: pooled and within every client.
-    ref_ks = sorted(
-        {pr_k for m in wanted if m == "precision"}
-        | {dc_k for m in wanted if m in ("density", "coverage")}
-    )
+    ref_ks = _reference_ks(wanted, pr_k, dc_k, products)
     _check_client_sizes(labels, groups, ref_ks)
-
-    if products is not None and not ("recall" in wanted and ref_ks):
-        raise ValueError(
-            "products: KD shares PRDC's products only when recall and one of "
-            "precision, density, coverage are wanted"
-        )
 
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
@@ -154,6 +141,21 @@ def _check_models(models: Mapping, d: int, *, recall_k: int | None) -> dict:
                 f"pr_k={recall_k} needs at least {recall_k + 1}"
             )
     return fakes
+
+
+def _reference_ks(wanted, pr_k: int, dc_k: int, products) -> list[int]:
+    """k of the reference radii, pooled and within every client. ``products`` needs
+    the pooled reference's blocks (these radii) and each model's (recall's radii)."""
+    ks = sorted(
+        {pr_k for m in wanted if m == "precision"}
+        | {dc_k for m in wanted if m in ("density", "coverage")}
+    )
+    if products is not None and not ("recall" in wanted and ks):
+        raise ValueError(
+            "products: KD shares PRDC's products only when recall and one of "
+            "precision, density, coverage are wanted"
+        )
+    return ks
 
 
 def _check_client_sizes(labels, groups, ks) -> None:
