@@ -40,9 +40,9 @@ def poly_kernel(
     return torch.mm(x, y.T).mul_(gamma).add_(coef0).pow_(degree)
 
 
-def sq_norms(x: torch.Tensor) -> torch.Tensor:
-    """``|x|^2`` of every row."""
-    return (x * x).sum(dim=1)
+def sq_norms(x: torch.Tensor, block: int = 4096) -> torch.Tensor:
+    """``|x|^2`` of every row, ``block`` rows at a time (no (n, d) temporary)."""
+    return torch.cat([(part * part).sum(dim=1) for part in x.split(block)])
 
 
 def sq_euclidean(
@@ -87,8 +87,7 @@ class Centred:
         """``x - center`` (into ``x`` itself if ``in_place``) and its shifts and squared norms."""
         rows = x.sub_(center) if in_place else x - center
         half = 0.5 * float(center.double() @ center.double())
-        sq = torch.cat([sq_norms(part) for part in rows.split(4096)])  # no (n, d) temporary
-        return cls(rows, torch.mv(rows, center).add_(half), sq, center)
+        return cls(rows, torch.mv(rows, center).add_(half), sq_norms(rows), center)
 
     def __getitem__(self, part: slice) -> Centred:
         return Centred(self.rows[part], self.shift[part], self.sq[part], self.center)

@@ -40,7 +40,7 @@ import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank.clients import client_groups
-from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram, sq_norms
+from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
 from distrank.metrics.options import ScoreOptions
 from distrank.metrics.registry import PRDC as METRICS
 from distrank.metrics.registry import check_metrics
@@ -183,10 +183,6 @@ def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], n
     return groups.names, list(zip([0] + stops[:-1], stops)), np.argsort(groups.index, kind="stable")
 
 
-def _sq_norms(x: torch.Tensor, block: int) -> torch.Tensor:
-    return torch.cat([sq_norms(b) for b in x.split(block)])
-
-
 def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int, on_gram=None) -> dict[int, torch.Tensor]:
     """Squared distance of each row of x to its k-th nearest other row, for each k.
 
@@ -251,17 +247,18 @@ def _hits(ref: Centred, fake: Centred, groups, radii2, wanted, ks, block, produc
         on_gram = None if products is None else products.model_self
         radii["fake"] = _knn_sq_radii(fake.rows, fake.sq, [pr_k], block, on_gram)[pr_k]
     hits = _no_hits(wanted, n, m, len(groups), ref.rows)
+    segments = {}  # row block start -> (client, first row, end row) within the block
     for rows, cols, gram in gram_blocks(ref.rows, fake.rows, block):
         d2 = sq_from_gram(gram, ref.sq[rows], fake.sq[cols])
         if products is not None:
             products.cross(rows, cols, gram)
-        # (client index, first row, end row) of each client within this row block
-        segments = [
-            (c, max(a, rows.start) - rows.start, min(b, rows.stop) - rows.start)
-            for c, (a, b) in enumerate(groups)
-            if a < rows.stop and b > rows.start
-        ]
-        _add_block(hits, d2, rows, cols, segments, radii)
+        if rows.start not in segments:
+            segments[rows.start] = [
+                (c, max(a, rows.start) - rows.start, min(b, rows.stop) - rows.start)
+                for c, (a, b) in enumerate(groups)
+                if a < rows.stop and b > rows.start
+            ]
+        _add_block(hits, d2, rows, cols, segments[rows.start], radii)
     if "coverage" in wanted:
         nearest_d2 = hits.pop("nearest_d2")
         hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k], nearest_d2 < client_r2[dc_k]])

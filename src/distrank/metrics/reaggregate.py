@@ -52,9 +52,15 @@ from distrank._arrays import as_features, column_mean, resolve_device, work_dtyp
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import sqrt_factor
-from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth, sq_euclidean
+from distrank.metrics.kernels import (
+    make_kernel,
+    median_bandwidth,
+    needs_bandwidth,
+    sq_euclidean,
+    sq_norms,
+)
 from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.prdc import _check_block, _knn_sq_radii, _sq_norms
+from distrank.metrics.prdc import _check_block, _knn_sq_radii
 from distrank.metrics.registry import PRDC
 from distrank.metrics.scoring import _check_models, _table
 from distrank.metrics.table import COLUMNS
@@ -296,7 +302,7 @@ def _prdc(x, groups, ys, values, wanted, pr_k, dc_k, dt, dev):
     center = column_mean(ref).to(dt)
     ref -= center  # as prdc.prdc: distances unchanged, less cancellation
     block = _check_block(None, dt.itemsize)  # prdc.prdc's blocks: the same radii
-    ref_sq = _sq_norms(ref, block)
+    ref_sq = sq_norms(ref)
     ks = sorted(
         {pr_k for m in wanted if m == "precision"}
         | {dc_k for m in wanted if m in ("density", "coverage")}
@@ -387,7 +393,7 @@ def _prdc_counts(ref, ref_sq, fake, splits, wanted, pr_k, dc_k, block) -> dict:
     """:class:`_Counts` of every split for one model: blocks of ``block`` reference
     rows x ``block`` model rows, each formed once and never an n x m matrix."""
     n, m = ref.shape[0], fake.shape[0]
-    fake_sq = _sq_norms(fake, block)
+    fake_sq = sq_norms(fake)
     fake_r2 = _knn_sq_radii(fake, fake_sq, [pr_k], block)[pr_k] if "recall" in wanted else None
     counts = {p: _Counts(s, wanted, pr_k, dc_k, m) for p, s in splits.items()}
     for r0 in range(0, n, block):
