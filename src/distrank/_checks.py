@@ -32,16 +32,24 @@ class InputError(ValueError):
         already names a file)."""
         if path is None or self.path is not None:
             return self
-        return InputError(self.reason, path=path, key=self.key, subject=self.subject)
+        return type(self)(self.reason, path=path, key=self.key, subject=self.subject)
+
+
+class TooFewRows(InputError):
+    """A sample with fewer rows than a metric or estimator needs (a site in secure mode
+    says only that much)."""
 
 
 @contextmanager
 def about(kind: str, name: str | None = None) -> Iterator[None]:
     """Checks of one input of a library call: a ``ValueError`` raised inside becomes an
-    :class:`InputError` with ``subject`` ``(kind, name)`` (the message unchanged)."""
+    :class:`InputError` with ``subject`` ``(kind, name)`` (the message unchanged); an
+    :class:`InputError` (or subclass) without a subject gets that subject."""
     try:
         yield
-    except InputError:
+    except InputError as err:
+        if err.subject is None:
+            err.subject = (kind, name)
         raise
     except ValueError as err:
         raise InputError(str(err), subject=(kind, name)) from None

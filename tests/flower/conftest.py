@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
 D = 6
 SITES = {"oslo": (0.0, 60), "paris": (1.0, 80), "rome": (-0.5, 100)}  # offset, rows
 
@@ -30,3 +32,10 @@ def reference(federation):
     x = np.concatenate(list(sites.values()))
     labels = np.repeat(list(sites), [len(v) for v in sites.values()])
     return x, labels
+
+
+@pytest.fixture
+def server_process(monkeypatch):
+    """The identity Flower gives a ServerApp process (messages are stamped with it)."""
+    for attr, value in (("_run_id", 1), ("_node_id", 1), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)

@@ -6,16 +6,17 @@ from __future__ import annotations
 import time
 import tomllib
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from flwr.app import Message
 from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
 from textkit import visible_lines
 
 from distrank.flower import APP_DIR
+from distrank.flower.federation import RUN_CONFIG, FederationError, RunSettings, gather
 from distrank.flower.messages import (
     decode_reply,
     decode_request,
@@ -23,15 +24,10 @@ from distrank.flower.messages import (
     encode_reply,
     encode_request,
 )
+from distrank.flower.node import SiteConfig
 from distrank.flower.secure import SECURE_CONFIG
-from distrank.flower.server import (
-    RUN_CONFIG,
-    FederationError,
-    RunSettings,
-    federated_table,
-    gather,
-)
-from distrank.flower.site import SiteConfig, score_site
+from distrank.flower.server import federated_table
+from distrank.flower.site import SECURE_ONLY, score_site
 from distrank.metrics import score
 from distrank.metrics.fd import gaussian_stats
 
@@ -155,6 +151,18 @@ def test_a_site_error_is_a_reply(tmp_path, federation):
     )
 
 
+def test_a_secure_only_site_answers_no_plain_request(tmp_path, federation):
+    """Not its scores, nor its statistics though it allows them in secure sums."""
+    sites, models = federation
+    path = tmp_path / "oslo.npz"
+    np.savez(path, features=sites["oslo"])
+    site = SiteConfig("oslo", path, share_stats=True, secure_only=True)
+    content = score_site(site, encode_request(models, OPTIONS))
+    reply = decode_reply(content)
+    assert (reply.site, reply.n, reply.scores, reply.stats) == ("oslo", 0, {}, None)
+    assert reply.error == SECURE_ONLY and not content.array_records
+
+
 @pytest.mark.parametrize(
     "config,match",
     [
@@ -162,9 +170,15 @@ def test_a_site_error_is_a_reply(tmp_path, federation):
         ({"site-id": True, "features": "/x.npz"}, "'site-id' must be"),
         ({"site-id": "a"}, "'features' must be"),
         ({"site-id": "a", "features": "/x.npz", "share-stats": "yes"}, "'share-stats' must be"),
+        ({"site-id": "a", "features": "/x.npz", "secure-only": 1}, "'secure-only' must be"),
+        ({"site-id": "a", "features": "/x.npz", "min-sites": 1}, "'min-sites' must be an int >= 2"),
+        ({"site-id": "a", "features": "/x.npz", "min-sites": 3.0}, "'min-sites' must be an int"),
     ],
 )
 def test_node_config_errors(config, match):
+    assert SiteConfig.from_node_config({"site-id": 7, "features": "/x.npz"}) == SiteConfig(
+        7, Path("/x.npz"), share_stats=False, device=None, secure_only=False, min_sites=3
+    )
     with pytest.raises(ValueError, match=match):
         SiteConfig.from_node_config(config)
 
@@ -204,13 +218,6 @@ def test_run_config():
     ]:
         with pytest.raises(ValueError, match=match):
             RunSettings.from_run_config(base | change)
-
-
-@pytest.fixture
-def server_process(monkeypatch):
-    """The identity Flower gives a ServerApp process (messages are stamped with it)."""
-    for attr, value in (("_run_id", 1), ("_node_id", 1), ("_task_id", 1)):
-        monkeypatch.setattr(TaskIdentity, attr, value)
 
 
 class LocalGrid(Grid):

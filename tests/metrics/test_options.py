@@ -51,8 +51,8 @@ def test_schema_cli_and_dataclass_defaults_are_one_set():
 
 def test_the_flower_run_config_defaults_are_the_dataclass():
     pytest.importorskip("flwr")
+    from distrank.flower.federation import RUN_CONFIG, RunSettings
     from distrank.flower.secure import SECURE_CONFIG
-    from distrank.flower.server import RUN_CONFIG, RunSettings
 
     app = tomllib.loads((REPO / "src/distrank/flower/app/pyproject.toml").read_text())
     assert app["tool"]["flwr"]["app"]["config"] == RUN_CONFIG | SECURE_CONFIG

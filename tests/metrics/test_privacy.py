@@ -14,7 +14,9 @@ from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
 from distrank.metrics import kernel_distance, score
 from distrank.metrics.privacy import (
+    SUM_SENSITIVITY,
     client_budget,
+    distributed_noise,
     epsilon_spent,
     kd_sensitivity,
     noise_multiplier,
@@ -143,6 +145,44 @@ def balle_wang_sigma(epsilon, delta, sensitivity):
             excess, math.log(sensitivity) - 10, math.log(sensitivity) + 10, xtol=1e-14, rtol=1e-14
         )
     )
+
+
+@pytest.mark.parametrize("estimator", ["unbiased", "biased"])
+def test_a_sites_term_n_kd_moves_by_at_most_the_sum_sensitivity(estimator):
+    """n_i KD_i, a site's term of the secure sum, moves by at most 4 when one of its rows is
+    replaced: n kd_sensitivity(n) is 4 (U) and below it (V), checked on the largest
+    replacement found on two far clusters."""
+    for n in (2, 3, 10, 1000):
+        product = n * kd_sensitivity(n, estimator=estimator)
+        assert product <= SUM_SENSITIVITY and (estimator == "biased" or product == 4.0)
+    centres = np.array([[0.0, 0.0], [12.0, 0.0]])
+    x = centres[[0, 0, 0, 1]] + RNG.normal(scale=0.01, size=(4, 2))
+    change = largest_replacement_change("rbf", x, centres[[1, 1, 1]], centres, estimator, 1.0)
+    term = 4 * kd_sensitivity(4, estimator=estimator)  # n = 4: near-extremal data reach it
+    assert 0.85 * term <= 4 * change <= term * (1 + 1e-12) and term <= SUM_SENSITIVITY
+
+
+@pytest.mark.parametrize("models,threshold,sizes", [(1, 2, [50, 50]), (5, 3, [40, 70, 90, 200])])
+def test_distributed_noise_is_one_gaussian_mechanism_split_over_the_sites(models, threshold, sizes):
+    """sigma of the sum is Balle and Wang's calibration (written above) for the sum's
+    L2 sensitivity over all models, 4 sqrt(M); a site adds sigma^2 / t; the released
+    KD_avg's std is sqrt(k t / A) times less than when each site releases its own noisy
+    KD (``release_kd``: the lambda-weighted stds z 4 / n_i lambda_i are all 4 z / n)."""
+    epsilon, delta = 1.0, 1e-6
+    noise = distributed_noise(epsilon=epsilon, delta=delta, n_models=models, threshold=threshold)
+    sigma = balle_wang_sigma(epsilon, delta, SUM_SENSITIVITY * math.sqrt(models))
+    assert noise.sum_std == pytest.approx(sigma, rel=1e-9)
+    assert noise.site_std**2 * threshold == pytest.approx(sigma**2, rel=1e-12)
+    n, k = sum(sizes), len(sizes)
+    lam = np.array(sizes) / n
+    stds = [noise.budget.noise_std(kd_sensitivity(m)) for m in sizes]  # per-site releases
+    per_site = math.sqrt(float(np.sum((lam * stds) ** 2)))
+    assert per_site == pytest.approx(sigma * math.sqrt(k) / n, rel=1e-12)
+    for sites in range(threshold, k + 1):
+        ratio = per_site / noise.released_std(n, sites)
+        assert ratio == pytest.approx(math.sqrt(k * threshold / sites), rel=1e-12)
+    with pytest.raises(ValueError, match="a sum needs"):
+        noise.released_std(n, threshold - 1)
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 0.3, 1.0, 3.0, 10.0])

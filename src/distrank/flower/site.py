@@ -8,63 +8,23 @@ requested, its Gaussian statistics (n_i, mean_i, C_i) of ``metrics.fd.gaussian_s
 from which the server pools FD_all exactly. The mean and covariance reveal more
 about the site's data than scores do: sharing them is the site's decision. In
 secure mode (:mod:`distrank.flower.secure`) the site prepares its vector on the
-request and sends it, masked, in a SecAgg+ round.
-
-Node config of ``flower-supernode --node-config`` (TOML values):
-
-    site-id      int or str, required: the client name in the table (reported, so
-                 results do not depend on Flower's random node ids)
-    features     str, required: npz file with ``features`` (n_i, d), the site's
-                 reference features (read without pickle)
-    share-stats  bool, default false: allow replying with the Gaussian statistics
-    device       str, default "": torch device ("" is CUDA when available, else CPU)
-
-Other keys are left to other apps the same SuperNode may run.
+request and sends it, masked, in a SecAgg+ round; with ``secure-only=true`` it
+answers nothing else. Node config: :mod:`distrank.flower.node`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from distrank.flower.messages import decode_request, encode_error, encode_reply
+from distrank.flower.node import SiteConfig
+from distrank.flower.secure import site as secure_site
 
 app = ClientApp()
-
-
-@dataclass(frozen=True)
-class SiteConfig:
-    """A site's node config, checked."""
-
-    site: int | str
-    features: Path
-    share_stats: bool = False
-    device: str | None = None
-
-    @classmethod
-    def from_node_config(cls, config: Mapping) -> SiteConfig:
-        site = config.get("site-id")
-        if isinstance(site, bool) or not isinstance(site, (int, str)) or site == "":
-            raise ValueError(
-                f"node config: 'site-id' must be an int or a non-empty str, got {site!r}"
-            )
-        features = config.get("features")
-        if not isinstance(features, str) or not features:
-            raise ValueError(
-                f"node config: 'features' must be the path of an npz file, got {features!r}"
-            )
-        share = config.get("share-stats", False)
-        if not isinstance(share, bool):
-            raise ValueError(f"node config: 'share-stats' must be true or false, got {share!r}")
-        device = config.get("device", "")
-        if not isinstance(device, str):
-            raise ValueError(f"node config: 'device' must be a str, got {device!r}")
-        return cls(site, Path(features), share, device or None)
+#: a secure-only site's answer to a plain request
+SECURE_ONLY = "refused: this site answers secure requests only (node config secure-only)"
 
 
 def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
@@ -74,6 +34,8 @@ def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
     from distrank.metrics import score_client
     from distrank.metrics.fd import gaussian_stats
 
+    if site.secure_only:
+        return encode_error(site.site, SECURE_ONLY)
     try:
         models, options, want_stats = decode_request(request)
         x = load_features(site.features)
@@ -84,22 +46,20 @@ def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
     return encode_reply(site.site, len(x), scores, stats)
 
 
-@app.query()
+@app.query(mods=[secure_site.guard_mod])
 def query(msg: Message, context: Context) -> Message:
-    """Answer the server's request with this site's scores (in secure mode: prepare them)."""
+    """Answer the server's request with this site's scores (in secure mode: prepare them).
+    What the site cannot answer leaves as a failure category (``secure.site.guard_mod``)."""
     site = SiteConfig.from_node_config(context.node_config)
     if "secure" in msg.content.config_records:
-        from distrank.flower.secure import prepare
-
-        return Message(prepare(site, msg.content, context.state), reply_to=msg)
+        return Message(secure_site.prepare(site, msg.content, context.state), reply_to=msg)
     return Message(score_site(site, msg.content), reply_to=msg)
 
 
-@app.train(mods=[secaggplus_mod])
+@app.train(mods=[secure_site.guard_mod, secure_site.policy_mod, secaggplus_mod])
 def train(msg: Message, context: Context) -> Message:
     """Secure mode's SecAgg+ round: ``secaggplus_mod`` runs its stages and masks the
-    vector this site prepared (:mod:`distrank.flower.secure`)."""
-    from distrank.flower.secure import share
-
+    vector this site prepared; the site's policy checks each stage first, and a failure
+    leaves as its category only (:mod:`distrank.flower.secure.site`)."""
     site = SiteConfig.from_node_config(context.node_config)
-    return Message(share(site.site, msg.content, context.state), reply_to=msg)
+    return Message(secure_site.share(site.site, msg.content, context.state), reply_to=msg)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, resolve_device
+from distrank._checks import TooFewRows
 
 BLOCK_SIZE = 8192  # rows per covariance update
 
@@ -63,7 +64,7 @@ def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianS
     x = as_features(x, "x")
     n, d = x.shape
     if n < 2:
-        raise ValueError(f"x: {n} row; a covariance (ddof=1) needs at least 2")
+        raise TooFewRows(f"x: {n} row; a covariance (ddof=1) needs at least 2")
     dev = resolve_device(device)
     total = torch.zeros(d, dtype=torch.float64, device=dev)
     for b0 in range(0, n, block_size):

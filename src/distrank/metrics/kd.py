@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
+from distrank._checks import TooFewRows
 from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
 from distrank.metrics.subsets import subset_kd
 
@@ -404,4 +405,4 @@ def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None =
         need, why = 1, "KD"
     for name, rows in sizes.items():
         if rows < need:
-            raise ValueError(f"{name} has {rows} rows; {why} needs at least {need}")
+            raise TooFewRows(f"{name} has {rows} rows; {why} needs at least {need}")

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
+from distrank._checks import TooFewRows
 from distrank.clients import client_groups
 from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
 from distrank.metrics.options import ScoreOptions
@@ -136,7 +137,7 @@ def _check_models(models: Mapping, d: int, *, recall_k: int | None) -> dict:
                 f"the reference dimension {d}"
             )
         if recall_k is not None and y.shape[0] < recall_k + 1:
-            raise ValueError(
+            raise TooFewRows(
                 f"models[{name!r}]: {y.shape[0]} rows; recall with "
                 f"pr_k={recall_k} needs at least {recall_k + 1}"
             )
@@ -162,7 +163,7 @@ def _check_client_sizes(labels, groups, ks) -> None:
     for label, (start, stop) in zip(labels, groups):
         for k in ks:
             if stop - start < k + 1:
-                raise ValueError(
+                raise TooFewRows(
                     f"clients: client {label!r} has {stop - start} rows; "
                     f"k={k} nearest neighbours need at least {k + 1}"
                 )

@@ -54,6 +54,18 @@ find, so they cost microseconds and constant memory at every epsilon in
 use as a cross-check at moderate epsilon, discretises a range that grows with
 epsilon). Clients hold disjoint rows, so each client's guarantee is its own
 (parallel composition).
+
+**Distributed noise (secure mode).** When the server learns only the sum
+:math:`S = \sum_i n_i \mathrm{KD}_i` (``distrank.flower.secure``), the release is
+:math:`\mathrm{KD}_{avg} = S / n`, whose sensitivity to one row is
+:math:`\lambda_i \Delta_i = 4 / n` (U; below it for V): :math:`n_i \Delta_i \le 4 =`
+:data:`SUM_SENSITIVITY` whatever the site, and n does not change when a row is
+replaced. One Gaussian mechanism of std :math:`\sigma = 4 z` on S, z as above for
+M models, is split over the sites (:class:`DistributedNoise`): the released noise
+std is :math:`4 z \sqrt{A/t} / n` against :math:`4 z \sqrt{k} / n` when each of
+k sites releases its own noisy KD (:func:`private_scores`; the lambda-weighted
+stds :math:`\lambda_i 4 z / n_i` are all :math:`4 z / n`), i.e.
+:math:`\sqrt{k t / A}` times less noise for the same budget.
 """
 
 from __future__ import annotations
@@ -191,6 +203,73 @@ def release_kd(
     return values + rng.standard_normal(values.shape) * std
 
 
+def check_private_options(opts: ScoreOptions) -> None:
+    """ValueError naming the option unless these options release KD privately: metrics
+    ``("kd",)``, a bounded kernel (``rbf``/``laplace``) with an explicit bandwidth
+    chosen without the clients' rows, and a full-sample estimator."""
+    if opts.metrics != ("kd",):
+        raise ValueError(f"metrics: private scores release KD only, got {opts.metrics!r}")
+    if opts.kernel not in BOUNDED_KERNELS:
+        raise ValueError(
+            f"kernel: private KD needs a kernel bounded in [0, 1] with "
+            f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {opts.kernel!r}"
+        )
+    if "bandwidth" not in (opts.kernel_params or {}):
+        raise ValueError(
+            "kernel_params: private KD needs an explicit 'bandwidth' fixed "
+            "without the clients' rows (a median on them would be a release)"
+        )
+    if opts.kd_estimator not in ESTIMATORS:
+        raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {opts.kd_estimator!r}")
+
+
+#: The largest change of n_i KD_i, site i's term of sum_i n_i KD_i, from replacing one
+#: of its rows: n kd_sensitivity(n) = 4 (U-statistic), 2 (2n - 1) / n < 4 (V-statistic).
+SUM_SENSITIVITY = 4.0
+
+
+@dataclass(frozen=True)
+class DistributedNoise:
+    """Secure mode's noise: of one Gaussian mechanism on sum_i n_i KD_i, split over sites.
+
+    Each site adds N(0, sigma^2 / t) to its n_i KD_i of every model, t the number of
+    sites that unmasking needs, so any sum that can be unmasked (over A >= t sites)
+    carries noise of variance (A / t) sigma^2 >= sigma^2, sigma =
+    ``budget.noise_multiplier`` x :data:`SUM_SENSITIVITY` with the budget split over
+    the M models (module doc).
+    """
+
+    budget: PrivacyBudget
+    threshold: int
+
+    @property
+    def sum_std(self) -> float:
+        """sigma: the noise std of a sum over ``threshold`` sites."""
+        return self.budget.noise_std(SUM_SENSITIVITY)
+
+    @property
+    def site_std(self) -> float:
+        """The std of each site's noise, sigma / sqrt(t)."""
+        return self.sum_std / math.sqrt(self.threshold)
+
+    def released_std(self, n_rows: int, n_sites: int) -> float:
+        """The noise std of KD_avg = (sum + noise) / n over ``n_sites`` sites of
+        ``n_rows`` rows in all: sigma sqrt(n_sites / t) / n."""
+        if n_sites < self.threshold:
+            raise ValueError(f"n_sites: a sum needs {self.threshold} sites, got {n_sites}")
+        return self.sum_std * math.sqrt(n_sites / self.threshold) / n_rows
+
+
+def distributed_noise(
+    *, epsilon: float, delta: float, n_models: int, threshold: int
+) -> DistributedNoise:
+    """The noise that makes the released KD_avg of ``n_models`` models (epsilon, delta)-DP."""
+    threshold = positive_int(threshold, "threshold", minimum=2)
+    return DistributedNoise(
+        client_budget(epsilon=epsilon, delta=delta, n_releases=n_models), threshold
+    )
+
+
 #: the options of :func:`private_scores` when none are given: KD through the rbf kernel
 PRIVATE_OPTIONS = ScoreOptions(metrics=("kd",), kernel="rbf")
 
@@ -219,21 +298,7 @@ def private_scores(
     ``numpy.random.default_rng(seed)``.
     """
     opts = score_options(PRIVATE_OPTIONS if options is None else options, **changes)
-    kernel, kd_estimator, seed = opts.kernel, opts.kd_estimator, opts.seed
-    if opts.metrics != ("kd",):
-        raise ValueError(f"metrics: private scores release KD only, got {opts.metrics!r}")
-    if kernel not in BOUNDED_KERNELS:
-        raise ValueError(
-            f"kernel: private KD needs a kernel bounded in [0, 1] with "
-            f"k(x, x) = 1, one of {BOUNDED_KERNELS}; got {kernel!r}"
-        )
-    if "bandwidth" not in (opts.kernel_params or {}):
-        raise ValueError(
-            "kernel_params: private KD needs an explicit 'bandwidth' fixed "
-            "without the clients' rows (a median on them would be a release)"
-        )
-    if kd_estimator not in ESTIMATORS:
-        raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {kd_estimator!r}")
+    check_private_options(opts)
     table = score(reference, clients, models, opts, device=device)
     local = table[table.aggregation == "client"]
     groups = client_groups(clients, len(np.asarray(clients)))
@@ -242,7 +307,11 @@ def private_scores(
     values = values.loc[names, groups.names].to_numpy()
     budget = client_budget(epsilon=epsilon, delta=delta, n_releases=len(names))
     noisy = release_kd(
-        values, groups.sizes, budget=budget, estimator=kd_estimator, rng=np.random.default_rng(seed)
+        values,
+        groups.sizes,
+        budget=budget,
+        estimator=opts.kd_estimator,
+        rng=np.random.default_rng(opts.seed),
     )
     avg = noisy @ groups.weights(opts.weights)
     rows = []

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from distrank._arrays import as_features, resolve_device, work_dtype
-from distrank._checks import InputError, about
+from distrank._checks import TooFewRows, about
 from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
@@ -224,7 +224,7 @@ def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     """FD per client, and FD_all from the pooled client statistics."""
     for name, rows in inputs.sizes().items():
         if rows < 2:
-            raise InputError(
+            raise TooFewRows(
                 f"{name} has {rows} row; FD (covariance, ddof=1) needs 2",
                 subject=inputs.subject(name),
             )
@@ -266,7 +266,7 @@ def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
     sizes = inputs.sizes()
     for name, ks in needs.items():
         if ks and sizes[name] < max(ks) + 1:
-            raise InputError(
+            raise TooFewRows(
                 f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
                 f"need at least {max(ks) + 1}",
                 subject=inputs.subject(name),

@@ -1,0 +1,366 @@
+"""What both ends of secure mode agree on: the run's settings, the plan of a site's vector
+and its quantisation to Flower's integers, and the round-1 messages.
+
+Quantisation. SecAgg+ adds integers mod 2^40. Each entry v of a site's vector lies in
+[-s, s], s the power of two above a bound from public settings only (F =
+``feature-bound`` >= every row's L2 norm, N = ``max-rows`` >= every n_i; K = the
+kernel's maximum on the ball of radius F):
+
+    n_i: N     w_i KD_i: 4 K W (+ 40 sigma_site)     w_i Recall_i: W     S1: 2 F N
+    S2: 4 F^2 N
+
+(W = N for size weights, 1 for uniform; |KD| <= 4 K for every estimator; |x - c| <=
+2 F; sigma_site is the std of a site's noise, when the run adds it). A site rounds v
+to the grid of 2^60 steps over [-s, s] (error <= s 2^-60) and sends it as two 30-bit
+limbs; Flower's quantiser (clipping range 1, 2^30 levels) maps them to these integers
+exactly. The sums are exact integers (k <= 1023 sites: k 2^30 < 2^40), so the summed
+entry is off by at most k s 2^-60 -- below the float64 rounding of the summands. The
+bound written for each number (``scores.bounds.csv``) adds that rounding, k s 2^-50
+per summed entry. A row above ``feature-bound`` or a site above ``max-rows`` is an
+error naming the setting to raise, never a clip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+from distrank.flower.masks import GENERATOR
+from distrank.flower.messages import encode_request
+
+if TYPE_CHECKING:
+    from distrank.flower.federation import RunSettings
+    from distrank.metrics.privacy import DistributedNoise
+
+#: the run config keys of secure mode and their defaults (the app's pyproject.toml has them)
+SECURE_CONFIG = {
+    "secure": False,
+    "feature-bound": 0.0,
+    "max-rows": 1000000,
+    "secure-threshold": 0,
+    "noise-epsilon": 0.0,
+    "noise-delta": 0.0,
+}
+#: the metrics secure mode writes: KD and Recall avg, FD all
+SECURE_METRICS = ("kd", "fd", "recall")
+REFUSED = (
+    "secure mode writes only what a secure sum of the sites' values gives and ranks like "
+    "the pooled data (KD_avg, Recall_avg = Recall_all, FD_all); the pooled Precision, "
+    "Density and Coverage need nearest-neighbour radii among all sites' rows, which no "
+    "sum gives, and their client averages need not rank like them"
+)
+LIMB = 30  # bits of one limb: Flower's quantiser casts to int32
+LEVELS = 1 << LIMB  # SecAggPlusWorkflow's quantization_range
+HALF = 1 << (2 * LIMB - 1)  # the grid over [-s, s] has 2 * HALF steps
+MODULUS = 1 << 40  # SecAgg+'s modulus: sums of up to MAX_SITES sites' limbs stay below it
+MAX_SITES = MODULUS // LEVELS - 1  # 1023: Flower also sums each site's factor 2^30 mod 2^40
+GRID_ERROR = 2.0**-60  # quantisation: |error| <= s 2^-60 per entry and site
+SUM_ERROR = 2.0**-50  # written bound per entry and site: quantisation and float rounding
+NOISE_MARGIN = 40.0  # the KD range holds a site's noise up to this many standard deviations
+
+
+class OutOfBounds(ValueError):
+    """A value outside the public bounds of the plan (the message names the setting)."""
+
+
+@dataclass(frozen=True)
+class SecureSettings:
+    """The secure-mode keys of the run config, checked."""
+
+    feature_bound: float
+    max_rows: int
+    threshold: int
+    noise: DistributedNoise | None = None  # with 'noise-epsilon' > 0
+
+    @classmethod
+    def from_run_config(cls, config: Mapping, settings: RunSettings) -> SecureSettings | None:
+        """The settings, or None when ``secure`` is false. ValueError names the key."""
+
+        def get(key, kind):
+            value = config.get(key, SECURE_CONFIG[key])
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+                raise ValueError(f"run config: {key!r} must be {kind.__name__}, got {value!r}")
+            return value
+
+        if not get("secure", bool):
+            return None
+        refused = [m for m in settings.options["metrics"] if m not in SECURE_METRICS]
+        if refused:
+            raise ValueError(f"run config: metrics {refused} are refused in secure mode: {REFUSED}")
+        bound = float(get("feature-bound", (int, float)))
+        if not (math.isfinite(bound) and bound > 0):
+            raise ValueError(
+                "run config: secure mode needs 'feature-bound' > 0, a public bound on the "
+                f"L2 norm of every feature row (sites' and models'), got {bound!r}"
+            )
+        rows = get("max-rows", int)
+        if rows < 2:
+            raise ValueError(f"run config: 'max-rows' must be at least 2, got {rows!r}")
+        k = len(settings.sites)
+        if not 2 <= k <= MAX_SITES:
+            raise ValueError(
+                f"run config: secure mode sums 2..{MAX_SITES} 'sites' (a sum of one is its "
+                f"value; SecAgg+'s modulus 2^40 holds {MAX_SITES} sites' 30-bit limbs), got {k}"
+            )
+        majority = k // 2 + 1
+        threshold = get("secure-threshold", int) or majority
+        if not majority <= threshold <= k:
+            raise ValueError(
+                f"run config: 'secure-threshold' must be 0 (a majority) or {majority}..{k}, a "
+                f"majority of the sites (fewer lets a server unmask one site), got {threshold!r}"
+            )
+        epsilon = float(get("noise-epsilon", (int, float)))
+        delta = float(get("noise-delta", (int, float)))
+        noise = _noise(settings, epsilon, delta, threshold) if epsilon else None
+        return cls(bound, rows, threshold, noise)
+
+
+def _noise(settings: RunSettings, epsilon: float, delta: float, threshold: int):
+    """The distributed noise of KD_avg; ValueError naming the key unless the run can add it."""
+    from distrank.metrics.privacy import check_private_options, distributed_noise
+
+    if settings.weights != "size":
+        raise ValueError(
+            "run config: 'noise-epsilon' needs weights = \"size\" (with uniform weights "
+            "KD_avg's sensitivity depends on the smallest site's rows, which no site knows)"
+        )
+    try:
+        check_private_options(settings.score_options)
+        return distributed_noise(
+            epsilon=epsilon, delta=delta, n_models=len(settings.models), threshold=threshold
+        )
+    except ValueError as err:
+        raise ValueError(f"run config: 'noise-epsilon' {epsilon:g}: {err}") from None
+
+
+def kernel_bound(kernel: str, params: Mapping | None, dim: int, radius: float) -> float:
+    """max |k(x, y)| over |x|, |y| <= ``radius`` (poly: (gamma r^2 + |coef0|)^degree)."""
+    from distrank.metrics.kernels import make_kernel
+
+    k = make_kernel(kernel, params, dim)
+    if k.name == "poly":
+        p = k.params
+        return (p["gamma"] * radius**2 + abs(p["coef0"])) ** p["degree"]
+    return radius**2 if k.name == "linear" else 1.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a site's vector holds, each entry's clipping range, the noise each site adds
+    to its KD entries and the mask generator; public, sent to the sites."""
+
+    models: tuple[str, ...]
+    metrics: tuple[str, ...]  # the weighted sums, of "kd" and "recall"
+    fd: bool
+    dim: int
+    weights: str
+    feature_bound: float
+    max_rows: int
+    kernel_bound: float
+    noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each w_i KD_i
+    generator: str = GENERATOR
+
+    def blocks(self) -> list[tuple[str, int, float, str]]:
+        """(name, length, bound on |entry|, the settings that raise it) of each block."""
+        f, n = self.feature_bound, self.max_rows
+        w = n if self.weights == "size" else 1
+        settings = "'feature-bound' or 'max-rows'"
+        blocks = [("rows", 1, n, "'max-rows'")]
+        for metric in self.metrics:
+            if metric == "kd":
+                bound = 4 * self.kernel_bound * w + NOISE_MARGIN * self.noise_std
+            else:
+                bound = w
+            blocks.append((metric, len(self.models), bound, settings))
+        if self.fd:
+            d = self.dim
+            blocks.append(("sum", d, 2 * f * n, settings))
+            blocks.append(("scatter", d * (d + 1) // 2, 4 * f * f * n, settings))
+        return blocks
+
+    def scales(self) -> dict[str, float]:
+        """The clipping range s of each block: the power of two above its bound (and margin)."""
+        return {name: scale_above(bound) for name, _, bound, _ in self.blocks()}
+
+    def length(self) -> int:
+        return sum(length for _, length, _, _ in self.blocks())
+
+    def to_config(self) -> ConfigRecord:
+        return ConfigRecord(
+            {
+                "models": list(self.models),
+                "metrics": list(self.metrics),
+                "fd": self.fd,
+                "dim": self.dim,
+                "weights": self.weights,
+                "feature-bound": float(self.feature_bound),
+                "max-rows": self.max_rows,
+                "kernel-bound": float(self.kernel_bound),
+                "noise-std": float(self.noise_std),
+                "generator": self.generator,
+            }
+        )
+
+    @classmethod
+    def from_config(cls, record: Mapping) -> Plan:
+        try:
+            return cls(
+                tuple(record["models"]),
+                tuple(record["metrics"]),
+                bool(record["fd"]),
+                int(record["dim"]),
+                str(record["weights"]),
+                float(record["feature-bound"]),
+                int(record["max-rows"]),
+                float(record["kernel-bound"]),
+                float(record["noise-std"]),
+                str(record["generator"]),
+            )
+        except KeyError as err:
+            raise ValueError(f"secure request: no {err.args[0]!r} in its plan") from None
+
+
+def scale_above(bound: float) -> float:
+    """The power of two strictly above ``bound`` * (1 + 2^-10) (room for float32 rounding)."""
+    _, exponent = math.frexp(bound * (1 + 2.0**-10))
+    return math.ldexp(1.0, exponent)
+
+
+def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) -> Plan:
+    """The plan of a run; ValueError names a model row above ``feature-bound``."""
+    dims = {np.asarray(y).shape[1] for y in models.values()}
+    if len(dims) != 1:
+        raise ValueError(f"models: feature dimensions differ: {sorted(dims)}")
+    for name, y in models.items():
+        if not np.all(np.linalg.norm(np.asarray(y, np.float64), axis=1) <= secure.feature_bound):
+            raise ValueError(
+                f"models[{name!r}]: a row's L2 norm exceeds the run config's 'feature-bound' "
+                f"{secure.feature_bound:g}: raise it"
+            )
+    o, dim = settings.options, dims.pop()
+    metrics = tuple(m for m in o["metrics"] if m in ("kd", "recall"))
+    k_max = kernel_bound(o["kernel"], o["kernel_params"], dim, secure.feature_bound)
+    return Plan(
+        tuple(models),
+        metrics,
+        "fd" in o["metrics"],
+        dim,
+        settings.weights,
+        secure.feature_bound,
+        secure.max_rows,
+        k_max if "kd" in metrics else 0.0,
+        secure.noise.site_std if secure.noise else 0.0,
+    )
+
+
+def public_centre(models: Mapping) -> np.ndarray:
+    """c: the mean of every generated row (public: the server sends it)."""
+    return np.concatenate([np.asarray(y, np.float64) for y in models.values()]).mean(axis=0)
+
+
+def encode(vector: np.ndarray, plan: Plan) -> np.ndarray:
+    """The vector as Flower's SecAgg+ quantiser takes it: two 30-bit limbs per entry.
+
+    Entry v in [-s, s] becomes the integer W = rint(v 2^59 / s) + 2^59 in [0, 2^60],
+    split into hi = W >> 30 and lo = W mod 2^30, each sent as z 2^-29 - 1 in [-1, 1],
+    which the quantiser (clipping range 1, 2^30 levels) maps back to z exactly.
+    A value outside [-s, s] is an :class:`OutOfBounds` naming the setting to raise.
+    """
+    scales = entry_scales(plan)
+    if vector.shape != scales.shape:
+        raise ValueError(f"vector: {vector.shape[0]} entries, the plan has {scales.shape[0]}")
+    inside = np.abs(vector) <= scales  # False for nan
+    if not inside.all():
+        block = _block_of(plan, int(np.argmin(inside)))
+        raise OutOfBounds(
+            f"a value of block {block[0]!r} is outside its clipping range "
+            f"[-{scales[np.argmin(inside)]:g}, {scales[np.argmin(inside)]:g}]: raise {block[3]}"
+        )
+    w = np.rint(vector * (HALF / scales)).astype(np.int64) + HALF
+    z = np.concatenate([w >> LIMB, w & (LEVELS - 1)])
+    return np.ldexp(z.astype(np.float64), 1 - LIMB) - 1.0
+
+
+def decode(mean: np.ndarray, k: int, plan: Plan) -> np.ndarray:
+    """The summed float64 vector from Flower's aggregate of k sites' limbs.
+
+    Flower hands over (sum z 2^-29 - k) / k; the integer sums of z come back exactly
+    (float error < 2^-20 of a unit) and recombine to sum_i rint(v_i 2^59 / s) 2^-59 s.
+    A non-finite or non-integer aggregate is a ValueError.
+    """
+    if not np.isfinite(mean).all():
+        raise ValueError("secure sum: the aggregate holds non-finite values")
+    z = (mean * k + k) * 2.0 ** (LIMB - 1)
+    sums = np.rint(z)
+    if np.abs(z - sums).max(initial=0.0) > 0.25:
+        raise ValueError("secure sum: the aggregate is not an integer vector (Flower changed?)")
+    half = sums.shape[0] // 2
+    hi, lo = sums[:half].astype(np.int64), sums[half:].astype(np.int64)
+    grid = (hi - k * (HALF >> LIMB)).astype(np.float64) * 2.0 ** (LIMB - 2 * LIMB + 1)
+    grid = grid + lo.astype(np.float64) * 2.0 ** (1 - 2 * LIMB)
+    return grid * entry_scales(plan)
+
+
+def entry_scales(plan: Plan) -> np.ndarray:
+    scales = plan.scales()
+    return np.concatenate([np.full(length, scales[name]) for name, length, _, _ in plan.blocks()])
+
+
+def _block_of(plan: Plan, index: int) -> tuple[str, int, float, str]:
+    for block in plan.blocks():
+        if index < block[1]:
+            return block
+        index -= block[1]
+    raise IndexError(index)
+
+
+def split(vector: np.ndarray, plan: Plan) -> dict[str, np.ndarray]:
+    """The blocks of a vector in the plan's layout, by name."""
+    out, start = {}, 0
+    for name, length, _, _ in plan.blocks():
+        out[name] = vector[start : start + length]
+        start += length
+    return out
+
+
+# -- round 1: the request and the sites' replies ----------------------------------------
+
+
+def encode_secure_request(
+    models: Mapping, options: Mapping, plan: Plan, centre: np.ndarray
+) -> RecordDict:
+    """Round 1: the plain request plus the plan and the centre."""
+    content = encode_request(models, options)
+    content["secure"] = plan.to_config()
+    content["centre"] = ArrayRecord({"c": Array(np.asarray(centre, np.float64))})
+    return content
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A site's round-1 reply: its id, its node, whether it joins FD, or an error category."""
+
+    site: int | str
+    node: int
+    fd: bool = False
+    error: str = ""
+
+
+def encode_ready(site_id, *, fd: bool = False, error: str = "") -> RecordDict:
+    return RecordDict({"site": ConfigRecord({"site-id": site_id, "fd": fd, "error": error})})
+
+
+def decode_ready(reply: Message) -> Ready:
+    if "site" not in reply.content.config_records:
+        raise ValueError("reply: no 'site' record")
+    record = reply.content.config_records["site"]
+    site = record.get("site-id")
+    if isinstance(site, bool) or not isinstance(site, (int, str)):
+        raise ValueError(f"reply: site-id must be an int or a str, got {site!r}")
+    error = str(record.get("error") or "")
+    return Ready(site, reply.metadata.src_node_id, bool(record.get("fd")), error)

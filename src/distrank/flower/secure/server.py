@@ -1,0 +1,310 @@
+"""The server in secure mode: round 1, one SecAgg+ fit round, and the table from the sum.
+
+Beside the table it writes ``<out>.meta.json`` (the options, the sites whose vectors
+the sum covers and those that dropped, the threshold, the mask generator and, with
+noise, the privacy budget) and ``<stem>.bounds.csv`` (each number's bound against what
+plain mode computes from the same site values, and its noise std).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from logging import INFO, WARNING
+from typing import TYPE_CHECKING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.common import FitIns, Parameters, log, parameters_to_ndarrays
+from flwr.server.workflow import SecAggPlusWorkflow
+
+from distrank.flower.federation import FederationError, RunSettings, gather
+from distrank.flower.masks import GENERATOR
+from distrank.flower.secure.bounds import fd_bound
+from distrank.flower.secure.plan import (
+    LEVELS,
+    MODULUS,
+    SECURE_METRICS,
+    SUM_ERROR,
+    Plan,
+    SecureSettings,
+    decode,
+    decode_ready,
+    encode_secure_request,
+    make_plan,
+    public_centre,
+    split,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from flwr.serverapp import Grid
+
+    from distrank.metrics.privacy import DistributedNoise
+
+
+def main(grid: Grid, context: Context) -> None:
+    """Secure mode's ServerApp body: the table (its metadata and bounds) from the secure sum."""
+    from distrank._io import atomic_path
+    from distrank.features.cache import load_features
+    from distrank.metrics import table as score_table
+
+    settings = RunSettings.from_run_config(context.run_config)
+    secure = SecureSettings.from_run_config(context.run_config, settings)
+    models = {name: load_features(path) for name, path in settings.models.items()}
+    plan = make_plan(settings, secure, models)
+    centre = public_centre(models)
+    ready = gather(
+        grid,
+        encode_secure_request(models, settings.options, plan, centre),
+        sites=settings.sites,
+        timeout=settings.timeout,
+        decode=decode_ready,
+    )
+    if plan.fd and (without := [r.site for r in ready if not r.fd]):
+        raise FederationError(
+            f"FD_all needs every site's moments in the secure sum; site(s) {without} do not "
+            "allow it (node config share-stats=false): drop 'fd' from 'metrics'"
+        )
+    nodes = {r.node: str(r.site) for r in ready}
+    total, included = secure_sum(
+        grid,
+        context,
+        nodes,
+        plan.length() * 2,
+        threshold=secure.threshold,
+        timeout=settings.timeout,
+    )
+    if dropped := [s for s in settings.sites if s not in included]:
+        log(WARNING, "distrank: site(s) %s dropped out: the sum is over %s", dropped, included)
+    table, bounds = secure_table(total, len(included), plan, models, centre, noise=secure.noise)
+    meta = secure_meta(settings, secure, included)
+    with atomic_path(bounds_path(settings.out)) as tmp:
+        bounds.to_csv(tmp, index=False)
+    score_table.write(table, settings.out, meta, "csv")
+    log(
+        INFO,
+        "distrank: wrote %d rows summed over sites %s to %s",
+        len(table),
+        included,
+        settings.out,
+    )
+    if settings.report is not None:
+        from distrank.report.html import write_report
+
+        write_report(
+            table,
+            settings.report,
+            meta=meta,
+            title="Consistency report: federated evaluation, secure sum",
+            source=settings.out,
+        )
+
+
+def secure_meta(settings: RunSettings, secure: SecureSettings, included: Sequence[str]) -> dict:
+    """The table's metadata: options, the sites its sums cover, and the privacy budget."""
+    meta = {
+        "options": settings.score_options.as_dict(),
+        "secure": {
+            "sites": list(included),
+            "dropped": [s for s in settings.sites if s not in included],
+            "threshold": secure.threshold,
+            "generator": GENERATOR,
+            "feature-bound": secure.feature_bound,
+            "max-rows": secure.max_rows,
+        },
+    }
+    if secure.noise is not None:
+        budget = secure.noise.budget
+        meta["privacy"] = {
+            "mechanism": "Gaussian on sum_i n_i KD_i, split over the sites (secure mode)",
+            "epsilon": budget.epsilon,
+            "delta": budget.delta,
+            "n_releases": budget.n_releases,
+            "noise_multiplier": budget.noise_multiplier,
+            "epsilon_spent": budget.epsilon_spent,
+            "site_noise_std": secure.noise.site_std,
+        }
+    return meta
+
+
+def bounds_path(out):
+    """Where the bounds go: ``scores.csv`` -> ``scores.bounds.csv``."""
+    return out.with_name(f"{out.stem}.bounds{out.suffix}")
+
+
+class _Node:
+    """What SecAggPlusWorkflow reads of a ClientProxy: its node id."""
+
+    def __init__(self, node_id: int):
+        self.node_id = node_id
+
+
+class _SumStrategy:
+    """The two Strategy methods SecAggPlusWorkflow calls: every site in one fit round, whose
+    aggregate (the unmasked sum, as Flower's mean) is kept, not averaged further."""
+
+    def __init__(self, nodes: Sequence[int], length: int):
+        self.nodes, self.length, self.results = list(nodes), length, None
+
+    def configure_fit(self, server_round, parameters, client_manager):
+        ins = FitIns(Parameters([], "numpy.ndarray"), {"length": self.length})
+        return [(_Node(node), ins) for node in self.nodes]
+
+    def aggregate_fit(self, server_round, results, failures):
+        self.results = results
+        return None, {}
+
+
+class _Workflow(SecAggPlusWorkflow):
+    """SecAggPlusWorkflow noting, after each stage, which nodes are still in."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trace: list[tuple[str, bool, set, set, list]] = []
+
+    def _note(self, stage, ok, state):
+        failures = [getattr(f.args[0], "reason", str(f)) for f in state.failures if f.args]
+        self.trace.append(
+            (stage, ok, set(state.sampled_node_ids), set(state.active_node_ids), failures)
+        )
+        return ok
+
+    def setup_stage(self, grid, context, state):
+        return self._note("setup", super().setup_stage(grid, context, state), state)
+
+    def share_keys_stage(self, grid, context, state):
+        return self._note("share keys", super().share_keys_stage(grid, context, state), state)
+
+    def collect_masked_vectors_stage(self, grid, context, state):
+        ok = super().collect_masked_vectors_stage(grid, context, state)
+        return self._note("collect masked vectors", ok, state)
+
+    def unmask_stage(self, grid, context, state):
+        return self._note("unmask", super().unmask_stage(grid, context, state), state)
+
+
+class _PollingGrid:
+    """The grid, with ``send_and_receive`` polling every ``poll`` s (Flower's polls every 3 s)."""
+
+    def __init__(self, grid: Grid, poll: float):
+        self.grid, self.poll = grid, poll
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        pending = set(self.grid.push_messages(list(messages)))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        while pending:
+            replies = list(self.grid.pull_messages(list(pending)))
+            out += replies
+            pending -= {m.metadata.reply_to_message_id for m in replies}
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(self.poll)
+        return out
+
+
+def secure_sum(
+    grid: Grid,
+    context: Context,
+    nodes: Mapping[int, str],
+    length: int,
+    *,
+    threshold: int,
+    timeout: float,
+    poll: float = 0.2,
+) -> tuple[np.ndarray, list[str]]:
+    """One SecAgg+ fit round over ``nodes`` (node id -> site id): the sum of the sites'
+    encoded vectors (decoded, :func:`~distrank.flower.secure.plan.decode` needs it) and
+    the sites in it, sorted: those whose masked vectors arrived.
+
+    Every site shares its keys with every other (SecAgg+ with one neighbourhood);
+    ``threshold`` sites must stay to unmask. Raises :class:`FederationError` naming the
+    sites that dropped out when the sum cannot be unmasked.
+    """
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+
+    strategy = _SumStrategy(list(nodes), length)
+    legacy = LegacyContext(context, strategy=strategy)
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+    workflow = _Workflow(
+        1.0,  # shares: every site
+        threshold,
+        max_weight=1.0,  # each site's FitRes weighs 1: the factor Flower divides by is k
+        clipping_range=1.0,
+        quantization_range=LEVELS,
+        modulus_range=MODULUS,
+        timeout=timeout,
+    )
+    workflow(_PollingGrid(grid, poll), legacy)
+    if strategy.results is None:
+        stage, _, sampled, active, failures = workflow.trace[-1]
+        gone = sorted(nodes[n] for n in sampled - active) or sorted(nodes.values())
+        raise FederationError(
+            f"secure sum halted at the {stage!r} stage: site(s) {gone} dropped out (no reply "
+            f"within {timeout:g} s{': ' + '; '.join(failures) if failures else ''}), and "
+            f"unmasking needs {threshold} of the {len(nodes)} sites (run config "
+            "'secure-threshold')"
+        )
+    included = sorted(nodes[proxy.node_id] for proxy, _ in strategy.results)
+    (mean,) = parameters_to_ndarrays(strategy.results[0][1].parameters)
+    return mean, included
+
+
+def secure_table(
+    mean: np.ndarray,
+    k: int,
+    plan: Plan,
+    models: Mapping,
+    centre: np.ndarray,
+    *,
+    noise: DistributedNoise | None = None,
+    device=None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tidy table (avg rows of KD and Recall, all rows of FD) and the bound and noise
+    std of each row (columns model, metric, aggregation, bound, noise_std) from Flower's
+    aggregate of k sites."""
+    import pandas as pd
+
+    from distrank.metrics.fd import GaussianStats, frechet_distances, gaussian_stats
+    from distrank.metrics.table import COLUMNS
+
+    try:
+        total = decode(mean, k, plan)
+    except ValueError as err:
+        raise FederationError(str(err)) from None
+    blocks, scales = split(total, plan), plan.scales()
+    n = int(round(blocks["rows"][0]))
+    weight = n if plan.weights == "size" else k
+    values, bound, noise_std = {}, {}, {}
+    for metric in plan.metrics:
+        values[metric] = blocks[metric] / weight
+        bound[metric] = k * scales[metric] * SUM_ERROR / weight
+        noise_std[metric] = noise.released_std(n, k) if noise and metric == "kd" else 0.0
+    if plan.fd:
+        s1, upper = blocks["sum"], blocks["scatter"]
+        s2 = np.zeros((plan.dim, plan.dim))
+        s2[np.triu_indices(plan.dim)] = upper
+        s2 = s2 + s2.T - np.diag(np.diag(s2))
+        cov = (s2 - np.outer(s1, s1) / n) / (n - 1)
+        pooled = GaussianStats(n, np.asarray(centre) + s1 / n, cov)
+        fitted = [gaussian_stats(models[name], device=device) for name in plan.models]
+        values["fd"] = frechet_distances([pooled], fitted, device=device)[0]
+        e1, e2 = (k * scales[b] * SUM_ERROR for b in ("sum", "scatter"))
+        bound["fd"] = np.array([fd_bound(pooled, y, s1, e1, e2) for y in fitted])
+        noise_std["fd"] = 0.0
+    rows, bound_rows = [], []
+    for i, model in enumerate(plan.models):
+        for metric in (m for m in SECURE_METRICS if m in values):
+            agg = "all" if metric == "fd" else "avg"
+            rows.append((model, metric, agg, "", float(values[metric][i])))
+            row_bound = float(np.broadcast_to(bound[metric], len(plan.models))[i])
+            bound_rows.append((model, metric, agg, row_bound, noise_std[metric]))
+    columns = ["model", "metric", "aggregation", "bound", "noise_std"]
+    return pd.DataFrame(rows, columns=COLUMNS), pd.DataFrame(bound_rows, columns=columns)
