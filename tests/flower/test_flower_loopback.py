@@ -3,156 +3,24 @@
 Each site holds one client's features; ``flwr run`` starts the ServerApp, whose table
 must equal ``distrank score`` on the pooled reference (avg and client rows to 1e-9,
 FD_all to 1e-6). Then a site is killed while it scores: the run fails within its
-timeout, names the site, and writes no table. Every process is started in its own
-session and stopped by killing its process group (a SuperNode's SuperExec child
-lingers otherwise). The run's status comes from ``flwr ls``, never from an exit code
-(``flwr run --stream`` exits 0 when the run failed).
+timeout, names the site, and writes no table (``loopback.Loopback`` runs the processes).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from loopback import Loopback
 from textkit import visible_lines
 
-from distrank.flower import APP_DIR
 from distrank.metrics import score
 
 pytestmark = pytest.mark.slow
-
-BIN = Path(sys.executable).parent
 KEY = ["model", "metric", "aggregation", "client"]
-QUIET = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "OMP_NUM_THREADS": "1",
-}
-
-
-def free_ports(k: int) -> list[int]:
-    socks = [socket.socket() for _ in range(k)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-class Loopback:
-    """A SuperLink and its SuperNodes on 127.0.0.1, with ``flwr`` pointed at them."""
-
-    def __init__(self, root: Path, sites: dict[str, Path]):
-        self.root, self.procs, self.logs = root, {}, {}
-        link, *nodes = free_ports(1 + len(sites))
-        home = root / "home-cli"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
-            f'address = "127.0.0.1:{link}"\ninsecure = true\n'
-        )
-        self.env = (
-            os.environ
-            | QUIET
-            | {"FLWR_HOME": str(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-        )
-        self.start("superlink", "flower-superlink", "--insecure", "--port", str(link))
-        self.wait_listening(link)
-        for (name, path), port in zip(sites.items(), nodes):
-            config = f'site-id="{name}" features="{path}" share-stats=true device="cpu"'
-            self.start(
-                name,
-                "flower-supernode",
-                "--insecure",
-                "--superlink",
-                f"127.0.0.1:{link}",
-                "--port",
-                str(port),
-                "--node-config",
-                config,
-            )
-
-    def start(self, name: str, *cmd: str) -> None:
-        """Start ``cmd`` in its own session, with its own Flower home (apps unpack there)."""
-        self.logs[name] = self.root / f"{name}.log"
-        home = self.root / f"home-{name}"
-        home.mkdir()
-        with open(self.logs[name], "wb") as log:
-            self.procs[name] = subprocess.Popen(
-                [str(BIN / cmd[0]), *cmd[1:]],
-                env=self.env | {"FLWR_HOME": str(home)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_listening(self, port: int, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise AssertionError(f"no SuperLink on port {port}: {self.logs['superlink'].read_text()}")
-
-    def kill(self, name: str, sig=signal.SIGTERM) -> None:
-        proc = self.procs.pop(name)
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-
-    def flwr(self, *args: str, timeout: float = 120) -> dict:
-        out = subprocess.run(
-            [str(BIN / "flwr"), *args, "--format", "json"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.root,
-        )
-        try:
-            return json.loads(out.stdout)
-        except json.JSONDecodeError:
-            raise AssertionError(f"flwr {args}: {out.stdout}\n{out.stderr}") from None
-
-    def run(self, config: dict) -> str:
-        toml = self.root / f"run-{len(list(self.root.glob('run-*.toml')))}.toml"
-        toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-        started = self.flwr("run", str(APP_DIR), "loopback", "--run-config", str(toml))
-        assert started.get("success"), started
-        return started["run-id"]
-
-    def wait_finished(self, run_id: str, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            (run,) = self.flwr("ls", "loopback", "--run-id", run_id)["runs"]
-            if run["status"].startswith("finished"):
-                return run
-            time.sleep(2.0)  # each flwr call is a Python start-up
-        raise AssertionError(
-            f"run {run_id} not finished after {timeout} s: {run}\n"
-            + self.logs["superlink"].read_text()[-3000:]
-        )
-
-    def close(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
 
 
 @pytest.fixture(scope="module")

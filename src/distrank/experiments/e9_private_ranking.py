@@ -292,6 +292,7 @@ def e9_table(
 
     from distrank.clients import client_weights
     from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
+    from distrank.metrics.ranking import tau_b
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:
@@ -316,7 +317,7 @@ def e9_table(
             avg = noisy @ lam  # (draws, M)
             same = np.all(np.argsort(avg, axis=1, kind="stable") == order, axis=1)
             same_best = np.argmin(avg, axis=1) == order[0]
-            tau = np.array([stats.kendalltau(a, kd_all).statistic for a in avg])
+            tau = tau_b(avg, np.broadcast_to(kd_all, avg.shape))
             hits = int(same.sum())
             ci = stats.binomtest(hits, n_draws).proportion_ci(0.95, method="exact")
             rows.append(

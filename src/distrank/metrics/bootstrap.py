@@ -64,6 +64,7 @@ from distrank.clients import ClientGroups, client_groups
 from distrank.metrics import kd as kd_
 from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
+from distrank.metrics.ranking import tau_b
 from distrank.metrics.scoring import score
 from distrank.metrics.table import COLUMNS, keyed
 
@@ -453,14 +454,12 @@ def pairwise_summary(values: np.ndarray) -> np.ndarray:
     Statistics are ordered by metric, then [all pairs, avg pairs, tau]
     (``2 P + 1`` each, P = M (M - 1) / 2, pairs in :func:`model_pairs` order).
     """
-    from scipy import stats
-
     batch, n_metrics, n_models, _ = values.shape
     g, h = np.array(model_pairs(n_models)).T.reshape(2, -1)
     out = []
     for i in range(n_metrics):
         pooled, avg = values[:, i, :, POOLED], values[:, i, :, AVERAGE]
-        tau = [stats.kendalltau(avg[b], pooled[b]).statistic for b in range(batch)]
+        tau = tau_b(avg, pooled)
         out += [
             (pooled[:, g] - pooled[:, h]).T,
             (avg[:, g] - avg[:, h]).T,

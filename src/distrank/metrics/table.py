@@ -35,7 +35,7 @@ import pandas as pd
 
 from distrank._checks import InputError
 from distrank._io import atomic_path, read_json, write_json
-from distrank.metrics.ranking import discordant_pairs, rank_models
+from distrank.metrics.ranking import discordant_pairs, rank_models, tau_b
 from distrank.metrics.registry import HIGHER_IS_BETTER, display
 
 __all__ = [
@@ -167,32 +167,17 @@ def per_metric(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def kendall_tau(all_values: Sequence[float], avg_values: Sequence[float]) -> tuple[float, float]:
-    """(tau-b, p-value) of the ``avg`` and ``all`` scores (:func:`scipy.stats.kendalltau`);
-    NaN for fewer than two models or a constant column."""
+    """(tau-b, p-value) of the ``avg`` and ``all`` scores: :func:`~distrank.metrics.ranking.tau_b`
+    and the p-value of :func:`scipy.stats.kendalltau`; NaN for fewer than two models or
+    a constant column."""
     from scipy import stats
 
-    if len(all_values) < 2:
-        return float("nan"), float("nan")
-    result = stats.kendalltau(np.asarray(avg_values, float), np.asarray(all_values, float))
-    return float(result.statistic), float(result.pvalue)
-
-
-def tau_b(all_values: Sequence[float], avg_values: Sequence[float]) -> float:
-    """Kendall's tau-b of the ``avg`` and ``all`` scores, without its p-value.
-
-    (C - D) / sqrt((P - T_all) (P - T_avg)) over the P model pairs (C concordant, D
-    discordant, T tied in one column), by numpy: the value of
-    :func:`scipy.stats.kendalltau`, without importing scipy.stats (seconds of a
-    command's start-up). NaN for fewer than two models, a constant column or a NaN.
-    """
-    a, b = np.asarray(all_values, float), np.asarray(avg_values, float)
-    if len(a) < 2 or np.isnan(a).any() or np.isnan(b).any():
-        return float("nan")
-    upper = np.triu_indices(len(a), k=1)
-    sa = np.sign(a[:, None] - a[None, :])[upper]
-    sb = np.sign(b[:, None] - b[None, :])[upper]
-    untied = np.count_nonzero(sa) * np.count_nonzero(sb)
-    return float(sa @ sb / np.sqrt(untied)) if untied else float("nan")
+    tau = float(tau_b(avg_values, all_values))
+    if len(all_values) < 2 or np.isnan(tau):
+        return tau, float("nan")
+    return tau, float(
+        stats.kendalltau(np.asarray(avg_values, float), np.asarray(all_values, float)).pvalue
+    )
 
 
 def rank_agreement(wide_table: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -257,7 +242,7 @@ def summary_taus(scores: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[in
     for metric in dict.fromkeys(table.columns.get_level_values("metric")):
         if (metric, "avg") in table.columns and (metric, "all") in table.columns:
             both = table[metric][["all", "avg"]].dropna()
-            taus[metric] = (len(both), tau_b(both["all"], both["avg"]))
+            taus[metric] = (len(both), float(tau_b(both["avg"], both["all"])))
     return table, taus
 
 
