@@ -300,7 +300,10 @@ def test_the_noise_keys_and_what_they_need():
         ({"weights": "uniform"}, r"'noise-epsilon' needs weights = \"size\""),
         ({"kernel": "poly", "kernel-params": ""}, r"kernel: private KD needs a kernel bounded"),
         ({"kernel-params": ""}, r"needs an explicit 'bandwidth'"),
-        ({"kd-estimator": "subsets"}, r"kd_estimator: private KD is for"),
+        (
+            {"kd-estimator": "subsets"},
+            r"kd_estimator: expected .unbiased. or .biased. \(private KD",
+        ),
         ({"noise-delta": 0.0}, r"'noise-epsilon' 2: delta: expected a positive"),
         ({"noise-epsilon": -1.0}, r"'noise-epsilon' -1: epsilon: expected a positive"),
     ]:

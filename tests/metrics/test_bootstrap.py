@@ -369,7 +369,10 @@ def test_bootstrap_checks_its_arguments():
         bootstrap_scores(
             x, clients, models, summary=flat_summary, metrics=("kd",), confidence_level=1.5
         )
-    with pytest.raises(ValueError, match=r"^kd_estimator: bootstrap KD is for "):
+    with pytest.raises(
+        ValueError,
+        match=r"^kd_estimator: expected .unbiased. or .biased. \(bootstrap KD re-weights",
+    ):
         bootstrap_scores(
             x, clients, models, summary=flat_summary, metrics=("kd",), kd_estimator="subsets"
         )

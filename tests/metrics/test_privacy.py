@@ -340,7 +340,10 @@ def test_private_scores_check_their_arguments():
         ValueError, match=r"^kernel_params: private KD needs an explicit 'bandwidth'"
     ):
         private_scores(x, clients, models, epsilon=1, delta=1e-5, kernel="rbf")
-    with pytest.raises(ValueError, match=r"^kd_estimator: private KD is for "):
+    with pytest.raises(
+        ValueError,
+        match=r"^kd_estimator: expected .unbiased. or .biased. \(private KD is a full-sample",
+    ):
         private_scores(
             x,
             clients,

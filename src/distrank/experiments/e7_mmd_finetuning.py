@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from distrank.experiments import Job, Outputs, aggregates_wide, collected
 from distrank.figures import metric_label, new_figure, paper_style
-from distrank.metrics.registry import display
+from distrank.metrics.registry import BANDWIDTH_KERNELS, display
 
 __all__ = [
     "TRAINED",
@@ -125,7 +125,7 @@ def finetune(
     rows = owner != UNASSIGNED
     reference, clients = reference[torch.from_numpy(rows)], owner[rows]
     params = {}
-    if settings["kernel"] in ("rbf", "laplace"):
+    if settings["kernel"] in BANDWIDTH_KERNELS:
         params["bandwidth"] = settings["bandwidth"] or median_bandwidth(
             reference, kernel=settings["kernel"], seed=seed
         )
@@ -175,7 +175,7 @@ STEPS = {"e7_finetune_centralized": finetune_centralized}
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    if settings.get("bandwidth") is not None and settings["kernel"] not in ("rbf", "laplace"):
+    if settings.get("bandwidth") is not None and settings["kernel"] not in BANDWIDTH_KERNELS:
         raise ValueError(
             f"config: experiments.E7.bandwidth is set, but kernel {settings['kernel']!r} has none"
         )

@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import new_figure, paper_style
+from distrank.metrics.registry import FULL_SAMPLE_ESTIMATORS
 
 if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
     from distrank.metrics.kd import KernelSums
@@ -67,7 +68,7 @@ def check(settings: Mapping, config: Mapping) -> None:
             f"config: experiments.E9.bandwidth_from {settings['bandwidth_from']!r} "
             f"is not a model of `models`"
         )
-    if config["metrics"]["kd_estimator"] not in ("unbiased", "biased"):
+    if config["metrics"]["kd_estimator"] not in FULL_SAMPLE_ESTIMATORS:
         raise ValueError(
             "config: experiments.E9 needs metrics.kd_estimator 'unbiased' or "
             "'biased' (private KD is a full-sample estimate)"

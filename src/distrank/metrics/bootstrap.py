@@ -94,8 +94,7 @@ def resampled_kernel_sums(
     i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
     formed in ``dtype``; the forms are accumulated in float64.
     """
-    if estimator not in ("unbiased", "biased"):
-        raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+    kd_.check_full_sample(estimator)
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = column_mean(x).to(dt) if kernel.translation_invariant else None
@@ -285,10 +284,8 @@ def bootstrap_scores(
     n_resamples = positive_int(n_resamples, "n_resamples")
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level: expected a number in (0, 1), got {confidence_level!r}")
-    if "kd" in opts.metrics and opts.kd_estimator not in ("unbiased", "biased"):
-        raise ValueError(
-            f"kd_estimator: bootstrap KD is for 'unbiased' or 'biased', got {opts.kd_estimator!r}"
-        )
+    if "kd" in opts.metrics:
+        kd_.check_full_sample(opts.kd_estimator, why=" (bootstrap KD re-weights the full samples)")
     from scipy import stats  # here: `distrank score` imports this module for its defaults
 
     resampler = _Resampler.of(reference, clients, models, opts, device, block_size)

@@ -28,10 +28,18 @@ import torch
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank._checks import TooFewRows
 from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
+from distrank.metrics.registry import ESTIMATORS, FULL_SAMPLE_ESTIMATORS
 from distrank.metrics.subsets import subset_kd
 
-ESTIMATORS = ("unbiased", "biased", "subsets")
 BLOCK_SIZE = 4096  # rows of one kernel block: 64 MiB in float32
+
+
+def check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
+    """``estimator`` if it is one of :data:`FULL_SAMPLE_ESTIMATORS`, else a ValueError
+    naming ``name`` (and ``why`` the full samples are needed)."""
+    if estimator not in FULL_SAMPLE_ESTIMATORS:
+        raise ValueError(f"{name}: expected 'unbiased' or 'biased'{why}, got {estimator!r}")
+    return estimator
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,7 @@ class KernelSums:
 
     def kd(self, estimator: str = "unbiased") -> tuple[np.ndarray, np.ndarray]:
         """KD per (model, client) as an (M, k) array, and KD_all per model as (M,)."""
-        if estimator not in ("unbiased", "biased"):
-            raise ValueError(f"kd_estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+        check_full_sample(estimator)
         return _kd_terms(
             self.xx,
             self.xx_diag,
@@ -285,8 +292,7 @@ class KDObjective:
                 f"client_index: expected {x.shape[0]} non-negative ints, got "
                 f"{index.dtype} {index.shape}"
             )
-        if estimator not in ("unbiased", "biased"):
-            raise ValueError(f"estimator: expected 'unbiased' or 'biased', got {estimator!r}")
+        check_full_sample(estimator, "estimator")
         sizes = np.bincount(index)
         check_sizes({f"reference: client {c}": int(n) for c, n in enumerate(sizes)}, estimator)
         self.kernel, self.estimator = kernel, estimator

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, positive_int
+from distrank.metrics.registry import BANDWIDTH_KERNELS, KERNELS
 
-KERNELS = ("poly", "rbf", "laplace", "linear")
 _PARAMETERS = {
     "poly": ("degree", "gamma", "coef0"),
     "rbf": ("bandwidth",),
@@ -139,7 +139,7 @@ class Kernel:
     @property
     def translation_invariant(self) -> bool:
         """k(x + c, y + c) = k(x, y): features may be centred first (less cancellation)."""
-        return self.name in ("rbf", "laplace")
+        return self.name in BANDWIDTH_KERNELS
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _FUNCTIONS[self.name](x, y, **self.params)
@@ -166,7 +166,7 @@ def check_kernel_name(name: str) -> str:
 
 def needs_bandwidth(name: str, params: Mapping | None) -> bool:
     """True for rbf/laplace without an explicit bandwidth in ``params``."""
-    return check_kernel_name(name) in ("rbf", "laplace") and "bandwidth" not in (params or {})
+    return check_kernel_name(name) in BANDWIDTH_KERNELS and "bandwidth" not in (params or {})
 
 
 def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
@@ -189,7 +189,7 @@ def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
         gamma = 1.0 / dim if gamma is None else _positive(gamma, "gamma")
         coef0 = _finite(params.get("coef0", 1.0), "coef0")
         return Kernel(name, {"degree": degree, "gamma": gamma, "coef0": coef0})
-    if name in ("rbf", "laplace"):
+    if name in BANDWIDTH_KERNELS:
         if "bandwidth" not in params:
             raise ValueError(
                 f"kernel_params: kernel {name!r} needs a 'bandwidth' (see median_bandwidth)"
@@ -208,7 +208,7 @@ def median_bandwidth(
     once, on the pooled reference, and pass it to every client (Gretton et al.,
     "A Kernel Two-Sample Test", JMLR 2012).
     """
-    if kernel not in ("rbf", "laplace"):
+    if kernel not in BANDWIDTH_KERNELS:
         raise ValueError(f"kernel: the median heuristic is for 'rbf' or 'laplace', got {kernel!r}")
     positive_int(max_rows, "max_rows", minimum=2)
     x = as_features(reference, "reference")

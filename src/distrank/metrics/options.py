@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from distrank._arrays import DTYPES
 from distrank._checks import positive_int
 from distrank.clients import WEIGHTS
-from distrank.metrics.kd import ESTIMATORS
-from distrank.metrics.kernels import KERNELS
-from distrank.metrics.registry import METRIC_KEYS, check_metrics
+from distrank.metrics.registry import ESTIMATORS, KERNELS, METRIC_KEYS, check_metrics
 
 __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_options"]
 

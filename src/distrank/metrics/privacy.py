@@ -80,13 +80,14 @@ import pandas as pd
 
 from distrank._checks import positive_int
 from distrank.clients import client_groups
+from distrank.metrics.kd import check_full_sample
 from distrank.metrics.options import ScoreOptions, score_options
+from distrank.metrics.registry import BANDWIDTH_KERNELS
 from distrank.metrics.scoring import score
 from distrank.metrics.table import from_rows
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
-BOUNDED_KERNELS = ("rbf", "laplace")
-ESTIMATORS = ("unbiased", "biased")
+BOUNDED_KERNELS = BANDWIDTH_KERNELS
 #: The epsilons a budget may have: below, the noise swamps any KD; above, the
 #: noise is below float32 resolution of any KD (the calibration is checked to 1e-12
 #: relative across the range).
@@ -99,8 +100,7 @@ def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:
     ``4 / n`` for the U-statistic (``"unbiased"``, n >= 2) and ``2 (2n - 1) / n^2``
     for the V-statistic (``"biased"``), for a bounded kernel (module doc).
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
+    check_full_sample(estimator, "estimator")
     n = positive_int(n_rows, "n_rows", minimum=2 if estimator == "unbiased" else 1)
     return 4.0 / n if estimator == "unbiased" else 2.0 * (2 * n - 1) / n**2
 
@@ -219,8 +219,7 @@ def check_private_options(opts: ScoreOptions) -> None:
             "kernel_params: private KD needs an explicit 'bandwidth' fixed "
             "without the clients' rows (a median on them would be a release)"
         )
-    if opts.kd_estimator not in ESTIMATORS:
-        raise ValueError(f"kd_estimator: private KD is for {ESTIMATORS}, got {opts.kd_estimator!r}")
+    check_full_sample(opts.kd_estimator, why=" (private KD is a full-sample estimate)")
 
 
 #: The largest change of n_i KD_i, site i's term of sum_i n_i KD_i, from replacing one

@@ -138,11 +138,7 @@ def score_partitions(
     """
     opts = score_options(options, **changes)
     wanted = opts.metrics
-    if opts.kd_estimator not in ("unbiased", "biased"):
-        raise ValueError(
-            f"kd_estimator: expected 'unbiased' or 'biased' (full-sample sums), "
-            f"got {opts.kd_estimator!r}"
-        )
+    kd_.check_full_sample(opts.kd_estimator, why=" (full-sample sums)")
     pr_k, dc_k = opts.pr_k, opts.dc_k
     dt, dev = work_dtype(opts.dtype), resolve_device(device)
     x = as_features(reference, "reference")

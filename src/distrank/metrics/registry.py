@@ -73,6 +73,15 @@ HIGHER_IS_BETTER = {key: m.higher_is_better for key, m in METRICS.items()}
 PRDC = ("precision", "recall", "density", "coverage")
 
 
+#: KD's estimators: on the full samples (the U- and V-statistics), or KID-style subsets.
+FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
+ESTIMATORS = (*FULL_SAMPLE_ESTIMATORS, "subsets")
+#: KD's kernels, and those with a bandwidth: translation-invariant, bounded in [0, 1],
+#: k(x, x) = 1 (``metrics.kernels`` computes them).
+KERNELS = ("poly", "rbf", "laplace", "linear")
+BANDWIDTH_KERNELS = ("rbf", "laplace")
+
+
 #: Names of FD and KD on Inception-v3 features, where the literature calls them FID
 #: (Heusel et al., 2017) and KID (Binkowski et al., 2018); on any other network they
 #: stay FD and KD, so a number is never mistaken for one comparable with published FIDs.
