@@ -1,7 +1,7 @@
 """Snakemake entry point, run at the server: D_avg from the clients' score files."""
 
 from distrank._io import logged
-from distrank.metrics.table import average_client_files
+from distrank.metrics.score_files import average_client_files
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):

@@ -1,7 +1,7 @@
 """Snakemake entry point, centralized: D_all needs the pooled reference features."""
 
 from distrank._io import logged
-from distrank.metrics.table import score_centralized_file
+from distrank.metrics.score_files import score_centralized_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):

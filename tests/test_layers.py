@@ -46,3 +46,18 @@ def test_a_function_level_import_upward_breaks_the_contract(tmp_path):
     code, output = lint_imports(tmp_path)
     assert code != 0 and counts(output) == (0, 1), output[-3000:]
     assert "distrank._io is not allowed to import distrank.metrics" in output
+
+
+def test_no_two_modules_import_each_other_in_a_circle():
+    """Within a layer too: for every direct import a -> b, grimp finds no chain b -> ... -> a
+    (function-level imports included)."""
+    import grimp
+
+    graph = grimp.build_graph("distrank")
+    circles = [
+        (a, *chain)
+        for a in sorted(graph.modules)
+        for b in sorted(graph.find_modules_directly_imported_by(a))
+        if (chain := graph.find_shortest_chain(importer=b, imported=a))
+    ]
+    assert circles == []

@@ -23,7 +23,7 @@ from distrank.cli import EXIT_INPUT, main
 from distrank.config import check, check_file
 from distrank.data.download import DownloadError, fetch
 from distrank.features.cache import load_features
-from distrank.metrics.table import score_client_file
+from distrank.metrics.score_files import score_client_file
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = yaml.safe_load((REPO / "tests/e2e/tiny.yaml").read_text())

@@ -191,7 +191,7 @@ def labelled(source: Mapping) -> bool:
 
 def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
     """The tidy score table of an experiment's models, from its ``avg`` and ``all`` inputs."""
-    from distrank.metrics.table import collect
+    from distrank.metrics.score_files import collect
 
     return collect(inputs["avg"], inputs["all"], context["models"])
 

@@ -294,6 +294,7 @@ def e9_table(
     from distrank.clients import client_weights
     from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
     from distrank.metrics.ranking import tau_b
+    from distrank.metrics.table import average
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:
@@ -315,7 +316,7 @@ def e9_table(
                 estimator=estimator,
                 rng=np.random.default_rng([seed, int(size), i]),
             )
-            avg = noisy @ lam  # (draws, M)
+            avg = average(noisy, lam)  # (draws, M)
             same = np.all(np.argsort(avg, axis=1, kind="stable") == order, axis=1)
             same_best = np.argmin(avg, axis=1) == order[0]
             tau = tau_b(avg, np.broadcast_to(kd_all, avg.shape))

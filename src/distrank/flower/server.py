@@ -52,7 +52,7 @@ def federated_table(
     generated features, name -> (m, d)) is given. ``kd_std`` has no ``avg``.
     """
     from distrank.clients import client_groups
-    from distrank.metrics.table import from_rows
+    from distrank.metrics.table import from_values
 
     if not replies:
         raise ValueError("replies: expected at least one site reply")
@@ -63,20 +63,20 @@ def federated_table(
     groups = client_groups(np.repeat(np.asarray(ids), sizes), int(sizes.sum()))
     by_name = {str(r.site): r for r in replies}
     ordered = [by_name[name] for name in groups.names]
-    lam = groups.weights(weights)
     first = _same_scores(ordered)
     metrics = list(next(iter(first.values())))
     pooled_fd = _pooled_fd(ordered, models, device) if "fd" in metrics else {}
-    rows = []
-    for model in first:
-        for metric in metrics:
-            local = np.array([r.scores[model][metric] for r in ordered])
-            if metric == "fd" and model in pooled_fd:
-                rows.append((model, metric, "all", "", pooled_fd[model]))
-            if metric != "kd_std":  # a std of the average is not the average of stds
-                rows.append((model, metric, "avg", "", float(lam @ local)))
-            rows += [(model, metric, "client", c, float(v)) for c, v in zip(groups.names, local)]
-    return from_rows(rows)
+    values = {
+        model: {
+            metric: (
+                pooled_fd.get(model) if metric == "fd" else None,
+                [r.scores[model][metric] for r in ordered],
+            )
+            for metric in metrics
+        }
+        for model in first
+    }
+    return from_values(values, groups.names, groups.weights(weights))
 
 
 def _same_scores(ordered: Sequence[SiteReply]) -> dict:

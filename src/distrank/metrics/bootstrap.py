@@ -66,7 +66,7 @@ from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, need
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.ranking import tau_b
 from distrank.metrics.scoring import score
-from distrank.metrics.table import COLUMNS, keyed
+from distrank.metrics.table import COLUMNS, average, keyed
 
 #: Aggregations of a score cube, in order: pooled, client average, then each client.
 POOLED, AVERAGE = 0, 1
@@ -395,7 +395,7 @@ class _Resampler:
         out = []
         for s in sums:
             per_client, pooled = s.kd(estimator)
-            out.append(np.column_stack([pooled, per_client @ lam, per_client]))
+            out.append(np.column_stack([pooled, average(per_client, lam), per_client]))
         return np.stack(out)
 
     def _rescored(self, rows, client_draws, model_draws, metrics) -> np.ndarray:

@@ -84,7 +84,7 @@ from distrank.metrics.kd import check_full_sample
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.registry import BANDWIDTH_KERNELS
 from distrank.metrics.scoring import score
-from distrank.metrics.table import from_rows
+from distrank.metrics.table import from_values
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
 BOUNDED_KERNELS = BANDWIDTH_KERNELS
@@ -312,12 +312,8 @@ def private_scores(
         estimator=opts.kd_estimator,
         rng=np.random.default_rng(opts.seed),
     )
-    avg = noisy @ groups.weights(opts.weights)
-    rows = []
-    for g, model in enumerate(names):
-        rows.append((model, "kd", "avg", "", float(avg[g])))
-        rows += [(model, "kd", "client", c, float(v)) for c, v in zip(groups.names, noisy[g])]
-    return from_rows(rows), budget
+    values = {model: {"kd": (None, noisy[g])} for g, model in enumerate(names)}
+    return from_values(values, groups.names, groups.weights(opts.weights)), budget
 
 
 def _quiet_bracketing():

@@ -62,8 +62,8 @@ from distrank.metrics.kernels import (
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import _check_block, _knn_sq_radii
 from distrank.metrics.registry import PRDC
-from distrank.metrics.scoring import _check_models, _table
-from distrank.metrics.table import COLUMNS
+from distrank.metrics.scoring import _check_models
+from distrank.metrics.table import COLUMNS, from_values
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def score_partitions(
     if set(wanted) & set(PRDC):
         _prdc(x, groups, ys, values, [m for m in wanted if m in PRDC], pr_k, dc_k, dt, dev)
     tables = [
-        _table(values[p], g.names, g.weights(opts.weights)).assign(partition=p)
+        from_values(values[p], g.names, g.weights(opts.weights)).assign(partition=p)
         for p, g in groups.items()
     ]
     return pd.concat(tables, ignore_index=True)[["partition", *COLUMNS]]

@@ -71,6 +71,9 @@ METRIC_KEYS: tuple[str, ...] = tuple(METRICS)
 DISPLAY = {key: m.display for key, m in METRICS.items()}
 HIGHER_IS_BETTER = {key: m.higher_is_better for key, m in METRICS.items()}
 PRDC = ("precision", "recall", "density", "coverage")
+#: Row keys beside the metrics that are spreads, not scores: no ``avg`` row (a std of
+#: the average is not the average of stds), nothing ranked by them. KD subsets' std.
+SPREADS = ("kd_std",)
 
 
 #: KD's estimators: on the full samples (the U- and V-statistics), or KID-style subsets.

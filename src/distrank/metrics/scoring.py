@@ -39,7 +39,7 @@ from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.prdc import _check_block, prdc
 from distrank.metrics.registry import METRICS
 from distrank.metrics.subsets import subset_kd
-from distrank.metrics.table import from_rows
+from distrank.metrics.table import from_values
 
 Values = dict[str, dict[str, tuple[float, np.ndarray]]]
 #: Bytes of model covariances FD holds at once (models are scored in chunks of this).
@@ -139,7 +139,7 @@ def score(
             values[name] |= by_metric
     order = [m for key in wanted for m in (key, f"{key}_std")]  # rows in the asked order
     values = {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
-    return _table(values, groups.names, lam)
+    return from_values(values, groups.names, lam)
 
 
 def _share_products(runs: dict[Callable, Callable], prdc_keys: list[str]) -> None:
@@ -356,14 +356,3 @@ def _check_models(models, d: int) -> dict[str, torch.Tensor]:
     if len(ys) != len(models):
         raise ValueError("models: names are not distinct as strings")
     return ys
-
-
-def _table(values: Values, client_names: list[str], lam: np.ndarray) -> pd.DataFrame:
-    rows = []
-    for model, by_metric in values.items():
-        for metric, (pooled, local) in by_metric.items():
-            rows.append((model, metric, "all", "", pooled))
-            if metric != "kd_std":  # a std of the average is not the average of stds
-                rows.append((model, metric, "avg", "", float(lam @ local)))
-            rows += [(model, metric, "client", c, float(v)) for c, v in zip(client_names, local)]
-    return from_rows(rows)

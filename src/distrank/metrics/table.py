@@ -17,10 +17,9 @@ This module reads and writes it (CSV with a ``.meta.json`` sidecar, or JSON with
 model with its ``all`` and ``avg`` values (:func:`pivot`, :func:`wide`), and says how
 well the two rankings agree: Kendall's tau-b (:func:`kendall_tau`), the model pairs
 they order oppositely (:func:`discordant_pairs`, :func:`flipped_pairs`) and a table
-of both per metric (:func:`rank_agreement`). The pipeline's score files (one
-client's record, the clients' average, the centralized scores) are read and written
-here too (:func:`score_client_file`, :func:`average_client_files`,
-:func:`score_centralized_file`, :func:`collect`).
+of both per metric (:func:`rank_agreement`). Every table with per-client values is
+built by :func:`from_values`, whose ``avg`` rows are :func:`average`: the one place
+that says what D_avg is.
 """
 
 from __future__ import annotations
@@ -34,29 +33,27 @@ import numpy as np
 import pandas as pd
 
 from distrank._checks import InputError
-from distrank._io import atomic_path, read_json, write_json
+from distrank._io import atomic_path
 from distrank.metrics.ranking import discordant_pairs, rank_models, tau_b
-from distrank.metrics.registry import HIGHER_IS_BETTER, display
+from distrank.metrics.registry import HIGHER_IS_BETTER, SPREADS, display
 
 __all__ = [
     "AGGREGATIONS",
+    "average",
     "COLUMNS",
     "FORMAT",
     "FORMATS",
-    "average_client_files",
     "check",
-    "collect",
     "discordant_pairs",
     "flipped_pairs",
     "from_rows",
+    "from_values",
     "kendall_tau",
     "keyed",
     "pivot",
     "rank_agreement",
     "rank_models",
     "read",
-    "score_centralized_file",
-    "score_client_file",
     "summary_taus",
     "wide",
     "write",
@@ -73,6 +70,31 @@ FORMATS = {".csv": "csv", ".json": "json", ".md": "markdown"}
 def from_rows(rows: Iterable[tuple]) -> pd.DataFrame:
     """The table of ``(model, metric, aggregation, client, value)`` tuples."""
     return pd.DataFrame(list(rows), columns=list(COLUMNS))
+
+
+def average(local, weights):
+    """D_avg = sum_i lambda_i D_i: the clients' values ``local`` (clients on the last
+    axis; batches of them at once) under the weights lambda_i
+    (``distrank.clients.client_weights``). A float for one set of values."""
+    out = np.asarray(local, np.float64) @ np.asarray(weights, np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
+def from_values(values: Mapping, client_names: Sequence[str], weights) -> pd.DataFrame:
+    """The tidy table of ``values``: model -> metric -> (pooled value or None, the
+    clients' values in the order of ``client_names``). Per model and metric, in that
+    order: the ``all`` row (unless None), the ``avg`` row (:func:`average` under
+    ``weights``; none for a spread such as ``kd_std``: a std of the average is not the
+    average of stds), and one ``client`` row per client."""
+    rows = []
+    for model, by_metric in values.items():
+        for metric, (pooled, local) in by_metric.items():
+            if pooled is not None:
+                rows.append((model, metric, "all", "", float(pooled)))
+            if metric not in SPREADS:
+                rows.append((model, metric, "avg", "", average(local, weights)))
+            rows += [(model, metric, "client", c, float(v)) for c, v in zip(client_names, local)]
+    return from_rows(rows)
 
 
 def check(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:
@@ -320,96 +342,3 @@ def read(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
         raise InputError("'value' is not a number", path=f"{path} line {line}", key="value")
     table = table.assign(value=values.astype(float), client=table["client"].astype(str))
     return table[list(COLUMNS)], meta
-
-
-# ---------------------------------------------------------------------------
-# The pipeline's score files: a client's record, the clients' average, the
-# centralized scores. A client job reads only its own features and the models';
-# the server averages the records and never sees features; only the centralized
-# step reads the pooled reference (what D_all needs and a federation cannot do).
-
-
-def score_client_file(client_path, model_paths: Mapping, out_path, *, client: str, options) -> dict:
-    """Score every model (name -> feature file) on one client's features; write and
-    return the record: the client's row count and, per model, m and its scores.
-    ``options``: :class:`~distrank.metrics.options.ScoreOptions` or a mapping of them
-    (the pipeline's ``metrics:`` section)."""
-    from distrank.features.cache import load_features
-    from distrank.metrics.scoring import score_client
-
-    x = load_features(client_path)
-    ys = {name: load_features(path) for name, path in model_paths.items()}
-    scores = score_client(x, ys, options)
-    record = {
-        "client": client,
-        "n": int(len(x)),
-        "models": {name: {"m": int(len(y)), "scores": scores[name]} for name, y in ys.items()},
-    }
-    write_json(out_path, record)
-    return record
-
-
-def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
-    """D_avg = sum_i lambda_i D_i for every model, from the clients' records alone."""
-    from distrank.clients import client_weights
-
-    paths = list(paths)
-    records = [read_json(p) for p in paths]
-    models = [list(r["models"]) for r in records]
-    if any(m != models[0] for m in models):
-        raise ValueError(f"client score files score different models: {paths}")
-    lam = client_weights([r["n"] for r in records], weights)
-    result = {"weights": weights, "models": {}, "clients": {}}
-    for model in models[0]:
-        local = [r["models"][model]["scores"] for r in records]
-        result["models"][model] = {
-            "scores": {m: float(sum(w * s[m] for w, s in zip(lam, local))) for m in local[0]}
-        }
-    for r in records:
-        result["clients"][r["client"]] = {
-            "n": r["n"],
-            "scores": {model: v["scores"] for model, v in r["models"].items()},
-        }
-    write_json(out_path, result)
-    return result
-
-
-def score_centralized_file(
-    reference_path, manifest_path, model_paths: Mapping, out_path, *, options
-) -> dict:
-    """D_all: score every model against the pooled reference rows of a partition."""
-    from distrank.clients import UNASSIGNED, load_manifest
-    from distrank.features.cache import load_features
-    from distrank.metrics.scoring import score
-
-    owner = load_manifest(manifest_path)
-    pooled_rows = owner != UNASSIGNED
-    reference, labels = load_features(reference_path)[pooled_rows], owner[pooled_rows]
-    ys = {name: load_features(path) for name, path in model_paths.items()}
-    table = score(reference, labels, ys, options)
-    pooled = table[table.aggregation == "all"]
-    result = {
-        "n": int(len(reference)),
-        "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()},
-    }
-    for r in pooled.itertuples():
-        result["models"][r.model]["scores"][r.metric] = float(r.value)
-    write_json(out_path, result)
-    return result
-
-
-def collect(avg_path, all_path, models: Sequence[str]) -> pd.DataFrame:
-    """The tidy table of ``models`` from a partition's averaged and centralized
-    score files."""
-    avg, pooled = read_json(avg_path), read_json(all_path)
-    missing = [m for m in models if m not in avg["models"] or m not in pooled["models"]]
-    if missing:
-        raise ValueError(f"{avg_path}, {all_path}: no scores of models {missing}")
-    rows = []
-    for model in models:
-        rows += [(model, m, "avg", "", v) for m, v in avg["models"][model]["scores"].items()]
-        for c, cr in avg["clients"].items():
-            rows += [(model, m, "client", c, v) for m, v in cr["scores"][model].items()]
-    for model in models:
-        rows += [(model, m, "all", "", v) for m, v in pooled["models"][model]["scores"].items()]
-    return from_rows(rows)

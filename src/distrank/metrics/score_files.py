@@ -1,0 +1,105 @@
+"""The pipeline's score files: a client's record, the clients' average, the centralized
+scores, and the tidy table of a partition from them.
+
+A client job reads only its own features and the models'; the server averages the
+records and never sees features; only the centralized step reads the pooled reference
+(what D_all needs and a federation cannot do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from distrank._io import read_json, write_json
+from distrank.metrics.registry import SPREADS
+from distrank.metrics.table import average, from_rows
+
+__all__ = ["average_client_files", "collect", "score_centralized_file", "score_client_file"]
+
+
+def score_client_file(client_path, model_paths: Mapping, out_path, *, client: str, options) -> dict:
+    """Score every model (name -> feature file) on one client's features; write and
+    return the record: the client's row count and, per model, m and its scores.
+    ``options``: :class:`~distrank.metrics.options.ScoreOptions` or a mapping of them
+    (the pipeline's ``metrics:`` section)."""
+    from distrank.features.cache import load_features
+    from distrank.metrics.scoring import score_client
+
+    x = load_features(client_path)
+    ys = {name: load_features(path) for name, path in model_paths.items()}
+    scores = score_client(x, ys, options)
+    record = {
+        "client": client,
+        "n": int(len(x)),
+        "models": {name: {"m": int(len(y)), "scores": scores[name]} for name, y in ys.items()},
+    }
+    write_json(out_path, record)
+    return record
+
+
+def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
+    """D_avg = sum_i lambda_i D_i for every model, from the clients' records alone."""
+    from distrank.clients import client_weights
+
+    paths = list(paths)
+    records = [read_json(p) for p in paths]
+    models = [list(r["models"]) for r in records]
+    if any(m != models[0] for m in models):
+        raise ValueError(f"client score files score different models: {paths}")
+    lam = client_weights([r["n"] for r in records], weights)
+    result = {"weights": weights, "models": {}, "clients": {}}
+    for model in models[0]:
+        local = [r["models"][model]["scores"] for r in records]
+        result["models"][model] = {
+            "scores": {m: average([s[m] for s in local], lam) for m in local[0] if m not in SPREADS}
+        }
+    for r in records:
+        result["clients"][r["client"]] = {
+            "n": r["n"],
+            "scores": {model: v["scores"] for model, v in r["models"].items()},
+        }
+    write_json(out_path, result)
+    return result
+
+
+def score_centralized_file(
+    reference_path, manifest_path, model_paths: Mapping, out_path, *, options
+) -> dict:
+    """D_all: score every model against the pooled reference rows of a partition."""
+    from distrank.clients import UNASSIGNED, load_manifest
+    from distrank.features.cache import load_features
+    from distrank.metrics.scoring import score
+
+    owner = load_manifest(manifest_path)
+    pooled_rows = owner != UNASSIGNED
+    reference, labels = load_features(reference_path)[pooled_rows], owner[pooled_rows]
+    ys = {name: load_features(path) for name, path in model_paths.items()}
+    table = score(reference, labels, ys, options)
+    pooled = table[table.aggregation == "all"]
+    result = {
+        "n": int(len(reference)),
+        "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()},
+    }
+    for r in pooled.itertuples():
+        result["models"][r.model]["scores"][r.metric] = float(r.value)
+    write_json(out_path, result)
+    return result
+
+
+def collect(avg_path, all_path, models: Sequence[str]) -> pd.DataFrame:
+    """The tidy table of ``models`` from a partition's averaged and centralized
+    score files."""
+    avg, pooled = read_json(avg_path), read_json(all_path)
+    missing = [m for m in models if m not in avg["models"] or m not in pooled["models"]]
+    if missing:
+        raise ValueError(f"{avg_path}, {all_path}: no scores of models {missing}")
+    rows = []
+    for model in models:
+        rows += [(model, m, "avg", "", v) for m, v in avg["models"][model]["scores"].items()]
+        for c, cr in avg["clients"].items():
+            rows += [(model, m, "client", c, v) for m, v in cr["scores"][model].items()]
+    for model in models:
+        rows += [(model, m, "all", "", v) for m, v in pooled["models"][model]["scores"].items()]
+    return from_rows(rows)
