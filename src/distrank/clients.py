@@ -21,7 +21,7 @@ stores a partition as CSV (``row,client``) with a JSON sidecar for its metadata.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,6 +186,14 @@ def client_weights(sizes, scheme: str = "size") -> np.ndarray:
     return np.full(len(sizes), 1.0 / len(sizes))
 
 
+def average(local, weights):
+    """D_avg = sum_i lambda_i D_i: the clients' values ``local`` (clients on the last
+    axis; batches of them at once) under the weights lambda_i (:func:`client_weights`).
+    A float for one set of values."""
+    out = np.asarray(local, np.float64) @ np.asarray(weights, np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
 def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarray:
     """Assign each reference row to a client.
 
@@ -329,3 +337,12 @@ def client_groups(clients, n: int) -> ClientGroups:
     if len(set(names)) != len(names):
         raise ValueError(f"clients: labels are not distinct as strings: {names}")
     return ClientGroups(names, index.astype(np.int64), sizes.astype(np.int64))
+
+
+def common_refinement(partitions: Sequence[np.ndarray]) -> np.ndarray:
+    """Fine group of each row: two rows share a group iff every partition puts them
+    in the same client. ``partitions`` are (n,) client index arrays; returns (n,) int64
+    in 0..B-1, every partition being a coarsening of it."""
+    stacked = np.stack([np.asarray(p) for p in partitions], axis=1)
+    _, fine = np.unique(stacked, axis=0, return_inverse=True)
+    return fine.reshape(-1).astype(np.int64)

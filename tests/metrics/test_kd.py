@@ -327,9 +327,9 @@ def test_bad_kd_options_are_named(kwargs, match):
 
 def test_unbiased_kd_needs_two_rows_per_client_and_model():
     x = RNG.normal(size=(5, 2))
-    with pytest.raises(ValueError, match=r"clients: client 'b' has 1 rows; the unbiased KD"):
+    with pytest.raises(ValueError, match=r"clients: client 'b' has 1 row; the unbiased KD"):
         score(x, ["a", "a", "a", "a", "b"], {"g": RNG.normal(size=(4, 2))}, metrics=["kd"])
-    with pytest.raises(ValueError, match=r"models\['g'\] has 1 rows"):
+    with pytest.raises(ValueError, match=r"models\['g'\] has 1 row;"):
         score(x, [0] * 5, {"g": RNG.normal(size=(1, 2))}, metrics=["kd"])
     # the V-statistic is defined for single rows
     table = score(

@@ -169,7 +169,7 @@ def test_subsets_mode_adds_kd_std(federation):
         ({"pr_k": 0}, "pr_k: expected an integer >= 1"),
         (
             {"models": {"g": np.ones((3, D))}, "metrics": ["recall"]},
-            r"models\['g'\] has 3 rows; k=3 nearest neighbours need at least 4",
+            r"models\['g'\] has 3 rows; k=3 nearest neighbours needs at least 4",
         ),
     ],
 )
@@ -229,13 +229,13 @@ def test_a_small_client_is_the_subject_of_its_error():
 def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
     """One model's covariance at a time (the smallest chunk) and all at once agree
     bit for bit: memory, not the arithmetic, changes."""
-    from distrank.metrics import scoring
+    from distrank.metrics import families, scoring
 
     rng = np.random.default_rng(4)
     x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], 30)
     models = {f"m{i}": rng.standard_normal((40, 5)) + i for i in range(3)}
     whole = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
-    monkeypatch.setattr(scoring, "FD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(families.fd, "FD_CHUNK_BYTES", 1)
     chunked = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
     assert chunked["value"].tolist() == whole["value"].tolist()
 

@@ -291,10 +291,9 @@ def e9_table(
     """
     from scipy import stats
 
-    from distrank.clients import client_weights
+    from distrank.clients import average, client_weights
     from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
     from distrank.metrics.ranking import tau_b
-    from distrank.metrics.table import average
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:

@@ -50,7 +50,7 @@ percentile interval; scipy's ``bootstrap`` for the resampling and the quantiles.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -58,160 +58,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, column_mean, resolve_device, work_dtype
-from distrank._checks import about, positive_int
-from distrank.clients import ClientGroups, client_groups
+from distrank._checks import positive_int
+from distrank.clients import ClientGroups
 from distrank.metrics import kd as kd_
-from distrank.metrics.kernels import Kernel, make_kernel, median_bandwidth, needs_bandwidth
+from distrank.metrics.kd_resample import resampled_kernel_sums, row_counts  # noqa: F401 (re-exported)
+from distrank.metrics.kernels import Kernel
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.ranking import tau_b
-from distrank.metrics.scoring import score
-from distrank.metrics.table import COLUMNS, average, keyed
+from distrank.metrics.registry import METRICS
+from distrank.metrics.scoring import prepare, score
+from distrank.metrics.table import COLUMNS, keyed
 
 #: Aggregations of a score cube, in order: pooled, client average, then each client.
 POOLED, AVERAGE = 0, 1
-
-
-def resampled_kernel_sums(
-    reference,
-    client_index,
-    models: Sequence,
-    kernel: Kernel,
-    reference_counts,
-    model_counts: Sequence,
-    *,
-    estimator: str,
-    dtype: str = "float64",
-    device=None,
-    block_size: int = kd_.BLOCK_SIZE,
-) -> list[kd_.KernelSums]:
-    """Kernel sums whose ``kd(estimator)`` is each resample's KD (module doc), for B
-    resamples given by row counts.
-
-    ``reference`` (n, d), ``client_index`` (n,) in 0..k-1 and ``models`` ((m_g, d)
-    arrays) are those of ``kd.kernel_sums``; ``reference_counts`` is (B, n), the
-    times each reference row is drawn in each resample (summing to n_i over client
-    i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
-    formed in ``dtype``; the forms are accumulated in float64.
-    """
-    kd_.check_full_sample(estimator)
-    dev, dt = resolve_device(device), work_dtype(dtype)
-    x = torch.as_tensor(reference).to(device=dev, dtype=dt)
-    center = column_mean(x).to(dt) if kernel.translation_invariant else None
-    if center is not None:  # less cancellation, the same kernel values
-        x = x - center
-    index = np.asarray(client_index)
-    k = int(index.max()) + 1
-    sizes = np.bincount(index, minlength=k).astype(np.int64)
-    w = torch.as_tensor(np.asarray(reference_counts), dtype=dt, device=dev)
-    rows = [torch.from_numpy(np.flatnonzero(index == c)).to(dev) for c in range(k)]
-    xs, ws = [x[r] for r in rows], [w[:, r] for r in rows]
-    sums = _SelfSums(kernel, block_size, estimator == "unbiased")
-    xx, xx_diag = _client_sums(xs, ws, sums)
-    xy, yy, yy_diag, model_sizes = [], [], [], []
-    for y, v in zip(models, model_counts):
-        y = torch.as_tensor(y).to(device=dev, dtype=dt)
-        if center is not None:
-            y = y - center
-        v = torch.as_tensor(np.asarray(v), dtype=dt, device=dev)
-        xy.append(
-            torch.stack(
-                [_weighted_cross_sums(xs[a], ws[a], y, v, kernel, block_size) for a in range(k)],
-                dim=1,
-            )
-        )
-        total, trace = sums(y, v)
-        yy.append(total)
-        yy_diag.append(trace)
-        model_sizes.append(y.shape[0])
-    xx, xx_diag = xx.cpu().numpy(), xx_diag.cpu().numpy()
-    xy = torch.stack(xy, dim=1).cpu().numpy()  # (B, M, k)
-    yy, yy_diag = torch.stack(yy, dim=1).cpu().numpy(), torch.stack(yy_diag, dim=1).cpu().numpy()
-    model_sizes = np.asarray(model_sizes, dtype=np.int64)
-    return [
-        kd_.KernelSums(
-            client_sizes=sizes,
-            model_sizes=model_sizes,
-            xx=xx[b],
-            xx_diag=xx_diag[b],
-            xy=xy[b],
-            yy=yy[b],
-            yy_diag=yy_diag[b],
-        )
-        for b in range(w.shape[0])
-    ]
-
-
-@dataclass(frozen=True)
-class _SelfSums:
-    """(within-sample sum, its trace) of each resample as ``KernelSums.kd(estimator)``
-    needs them: the V form as drawn, or the U form (module doc)."""
-
-    kernel: Kernel
-    block_size: int
-    unbiased: bool
-
-    def __call__(self, z, counts):
-        total, trace, copies = _weighted_self_sums(z, counts, self.kernel, self.block_size)
-        if not self.unbiased:
-            return total, trace
-        size = z.shape[0]
-        return (total - copies) * (size / (size - 1)), torch.zeros_like(trace)
-
-
-def _client_sums(xs, ws, sums: _SelfSums) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, k, k) sums between clients' resampled rows and (B, k) their traces."""
-    k, n_resamples, dev = len(xs), ws[0].shape[0], xs[0].device
-    xx = torch.zeros(n_resamples, k, k, dtype=torch.float64, device=dev)
-    xx_diag = torch.zeros(n_resamples, k, dtype=torch.float64, device=dev)
-    for a in range(k):
-        xx[:, a, a], xx_diag[:, a] = sums(xs[a], ws[a])
-        for b in range(a + 1, k):
-            xx[:, a, b] = _weighted_cross_sums(
-                xs[a], ws[a], xs[b], ws[b], sums.kernel, sums.block_size
-            )
-            xx[:, b, a] = xx[:, a, b]
-    return xx, xx_diag
-
-
-def _weighted_self_sums(x, w, kernel, block):
-    """For each row of w (B, n): sum_{r,s} w_r w_s k(x_r, x_s), sum_r w_r k(x_r, x_r) and
-    sum_r w_r^2 k(x_r, x_r) (the pairs of copies of one row)."""
-    acc = torch.float64
-    total = torch.zeros(w.shape[0], dtype=acc, device=x.device)
-    trace = torch.zeros(w.shape[0], dtype=acc, device=x.device)
-    copies = torch.zeros(w.shape[0], dtype=acc, device=x.device)
-    for a0 in range(0, x.shape[0], block):
-        xa, wa = x[a0 : a0 + block], w[:, a0 : a0 + block]
-        for b0 in range(a0, x.shape[0], block):
-            kab = kernel(xa, x[b0 : b0 + block])
-            form = ((wa @ kab) * w[:, b0 : b0 + block]).sum(dim=1, dtype=acc)
-            if b0 == a0:
-                total += form
-                diagonal = torch.diagonal(kab)
-                trace += (wa * diagonal).sum(dim=1, dtype=acc)
-                copies += (wa * wa * diagonal).sum(dim=1, dtype=acc)
-            else:  # the mirrored block (b, a) gives the same form
-                total += 2 * form
-    return total, trace, copies
-
-
-def _weighted_cross_sums(x, w, y, v, kernel, block):
-    """sum_{r,j} w_r v_j k(x_r, y_j) for each resample (rows of w (B, n) and v (B, m))."""
-    total = torch.zeros(w.shape[0], dtype=torch.float64, device=x.device)
-    for a0 in range(0, x.shape[0], block):
-        xa, wa = x[a0 : a0 + block], w[:, a0 : a0 + block]
-        for c0 in range(0, y.shape[0], block):
-            kac = kernel(xa, y[c0 : c0 + block])
-            total += ((wa @ kac) * v[:, c0 : c0 + block]).sum(dim=1, dtype=torch.float64)
-    return total
-
-
-def row_counts(indices: np.ndarray, n: int) -> np.ndarray:
-    """(B, n) counts of each row in each resample, from (B, n_drawn) drawn indices."""
-    indices = np.asarray(indices)
-    offsets = indices + n * np.arange(indices.shape[0])[:, None]
-    return np.bincount(offsets.ravel(), minlength=indices.shape[0] * n).reshape(-1, n)
 
 
 @dataclass(frozen=True)
@@ -307,40 +166,28 @@ def bootstrap_scores(
 
 @dataclass(frozen=True)
 class _Resampler:
-    """The checked inputs of :func:`bootstrap_scores`, their point scores and how a
-    batch of resamples (drawn row indices per client and per model) is scored."""
+    """The checked inputs of :func:`bootstrap_scores` (``scoring.prepare``), their point
+    scores and how a batch of resamples (drawn row indices per client and per model) is
+    scored: by each family's ``resample`` path (KD re-weights), else afresh."""
 
     x: torch.Tensor
     groups: ClientGroups
     labels: np.ndarray
     ys: dict[str, torch.Tensor]
-    opts: ScoreOptions
+    opts: ScoreOptions  # its bandwidth resolved, fixed for every resample
     device: object
     block_size: int
-    kernel: Kernel | None  # of KD, its bandwidth fixed; None without KD
+    kernel: Kernel | None  # of KD; None without KD
     point: ScoreCube
 
     @classmethod
     def of(cls, reference, clients, models, opts, device, block_size) -> _Resampler:
-        with about("reference"):
-            x = as_features(reference, "reference")
-            groups = client_groups(clients, x.shape[0])
-        ys = {}
-        for g, y in models.items():
-            with about("model", str(g)):
-                ys[str(g)] = as_features(y, f"models[{g!r}]")
-        kernel = None
-        if "kd" in opts.metrics:
-            params = opts.kernel_params
-            if needs_bandwidth(opts.kernel, params):
-                with about("reference"):
-                    bandwidth = median_bandwidth(x, kernel=opts.kernel, seed=opts.seed)
-                opts = opts.replace(kernel_params={**(params or {}), "bandwidth": bandwidth})
-            kernel = make_kernel(opts.kernel, opts.kernel_params, x.shape[1])
+        inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
+        x, groups, ys, opts = inputs.reference, inputs.groups, inputs.models, inputs.options
         table = score(x, clients, ys, opts, device=device, block_size=block_size)
         point = ScoreCube.from_table(table, opts.metrics, tuple(ys), tuple(groups.names))
         labels = np.asarray(clients)
-        return cls(x, groups, labels, ys, opts, device, block_size, kernel, point)
+        return cls(x, groups, labels, ys, opts, device, block_size, inputs.kernel, point)
 
     @property
     def rows(self) -> list[np.ndarray]:
@@ -356,47 +203,28 @@ class _Resampler:
     def statistic(self, summary: Callable[[np.ndarray], np.ndarray]) -> Callable:
         """The vectorised statistic of ``scipy.stats.bootstrap``: ``summary`` of the
         score cube of each resample in a batch."""
-        rows = self.rows
-        wanted = self.opts.metrics
+        rows, wanted = self.rows, self.opts.metrics
+        by_family: dict = {}
+        for key in wanted:
+            by_family.setdefault(METRICS[key].family, []).append(key)
 
         def statistic(*samples, axis=-1):
             client_draws, model_draws = samples[: len(rows)], samples[len(rows) :]
             values = np.empty((client_draws[0].shape[0],) + self.point.values.shape)
-            if self.kernel is not None:
-                values[:, wanted.index("kd")] = self._kd(rows, client_draws, model_draws)
-            others = [m for m in wanted if m != "kd"]
-            if others:
-                values[:, [wanted.index(m) for m in others]] = self._rescored(
-                    rows, client_draws, model_draws, others
+            afresh = []
+            for family, keys in by_family.items():
+                got = family.resample(self, keys, client_draws, model_draws)
+                if got is None:
+                    afresh += keys
+                else:
+                    values[:, [wanted.index(m) for m in keys]] = got
+            if afresh:
+                values[:, [wanted.index(m) for m in afresh]] = self._rescored(
+                    rows, client_draws, model_draws, afresh
                 )
             return summary(values)
 
         return statistic
-
-    def _kd(self, rows, client_draws, model_draws) -> np.ndarray:
-        """(batch, M, 2 + k) KD of each resample, by re-weighting (module doc)."""
-        estimator, ys = self.opts.kd_estimator, list(self.ys.values())
-        counts = np.zeros((client_draws[0].shape[0], self.x.shape[0]), dtype=np.int64)
-        for r, draws in zip(rows, client_draws):
-            counts[:, r] = row_counts(draws, len(r))
-        sums = resampled_kernel_sums(
-            self.x,
-            self.groups.index,
-            ys,
-            self.kernel,
-            counts,
-            [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys)],
-            estimator=estimator,
-            dtype=self.opts.dtype,
-            device=self.device,
-            block_size=self.block_size,
-        )
-        lam = self.groups.weights(self.opts.weights)
-        out = []
-        for s in sums:
-            per_client, pooled = s.kd(estimator)
-            out.append(np.column_stack([pooled, average(per_client, lam), per_client]))
-        return np.stack(out)
 
     def _rescored(self, rows, client_draws, model_draws, metrics) -> np.ndarray:
         """(batch, len(metrics), M, 2 + k): ``metrics`` of each resample, scored afresh."""

@@ -28,7 +28,7 @@ import torch
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
 from distrank._checks import TooFewRows
 from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
-from distrank.metrics.registry import ESTIMATORS, FULL_SAMPLE_ESTIMATORS
+from distrank.metrics.metric import ESTIMATORS, FULL_SAMPLE_ESTIMATORS, kd_rows
 from distrank.metrics.subsets import subset_kd
 
 BLOCK_SIZE = 4096  # rows of one kernel block: 64 MiB in float32
@@ -70,6 +70,34 @@ class KernelSums:
             self.client_sizes.astype(np.float64),
             self.model_sizes.astype(np.float64),
             estimator,
+        )
+
+    def coarsen(self, fine_to_client) -> KernelSums:
+        """The sums of the partition that gives fine group g (a client of these sums)
+        to client ``fine_to_client[g]``: with A the (fine groups x clients) 0/1
+        assignment, S_XX -> A^T S_XX A, S_XY -> S_XY A, tr_X -> A^T tr_X.
+
+        ``fine_to_client`` is (B,) int in 0..k-1, every client holding at least one group.
+        """
+        assign = np.asarray(fine_to_client)
+        if assign.shape != self.client_sizes.shape:
+            raise ValueError(
+                f"fine_to_client: expected {self.client_sizes.shape[0]} entries (one "
+                f"per fine group), got shape {assign.shape}"
+            )
+        k = int(assign.max()) + 1
+        a = np.zeros((assign.size, k))
+        a[np.arange(assign.size), assign] = 1.0
+        if (a.sum(axis=0) == 0).any():
+            raise ValueError("fine_to_client: some client holds no fine group")
+        return KernelSums(
+            client_sizes=(self.client_sizes @ a).round().astype(np.int64),
+            model_sizes=self.model_sizes,
+            xx=a.T @ self.xx @ a,
+            xx_diag=self.xx_diag @ a,
+            xy=self.xy @ a,
+            yy=self.yy,
+            yy_diag=self.yy_diag,
         )
 
 
@@ -396,19 +424,14 @@ def kd_subsets(
 
 
 def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None = None) -> None:
-    """Raise ValueError when a sample is too small for ``estimator``.
+    """Raise :class:`~distrank._checks.TooFewRows` when a sample is too small for
+    ``estimator`` (``metric.kd_rows``: the one rule).
 
     ``sizes`` maps a description of each sample (e.g. "clients: client '3'") to its rows.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"kd_estimator: expected one of {ESTIMATORS}, got {estimator!r}")
-    if estimator == "subsets":
-        positive_int(subset_size, "subset_size", minimum=2)
-        need, why = subset_size, f"KD subsets of subset_size={subset_size}"
-    elif estimator == "unbiased":
-        need, why = 2, "the unbiased KD (U-statistic)"
-    else:
-        need, why = 1, "KD"
-    for name, rows in sizes.items():
-        if rows < need:
-            raise TooFewRows(f"{name} has {rows} rows; {why} needs at least {need}")
+    rows = kd_rows(estimator, subset_size)
+    for name, size in sizes.items():
+        if size < rows.client:
+            raise TooFewRows(f"{name} has {size} rows; {rows.why} needs at least {rows.client}")

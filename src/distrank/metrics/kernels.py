@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, positive_int
-from distrank.metrics.registry import BANDWIDTH_KERNELS, KERNELS
+from distrank.metrics.metric import BANDWIDTH_KERNELS, KERNELS
 
 _PARAMETERS = {
     "poly": ("degree", "gamma", "coef0"),

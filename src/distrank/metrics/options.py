@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from distrank._arrays import DTYPES
 from distrank._checks import positive_int
 from distrank.clients import WEIGHTS
-from distrank.metrics.registry import ESTIMATORS, KERNELS, METRIC_KEYS, check_metrics
+from distrank.metrics.metric import ESTIMATORS, KERNELS, METRIC_KEYS, check_metrics
 
 __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_options"]
 

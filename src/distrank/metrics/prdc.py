@@ -42,9 +42,9 @@ from distrank._arrays import as_features, column_mean, positive_int, resolve_dev
 from distrank._checks import TooFewRows
 from distrank.clients import client_groups
 from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
+from distrank.metrics.metric import PRDC as METRICS
+from distrank.metrics.metric import check_metrics
 from distrank.metrics.options import ScoreOptions
-from distrank.metrics.registry import PRDC as METRICS
-from distrank.metrics.registry import check_metrics
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 _BLOCK_ELEMENTS = 2**24

@@ -81,8 +81,8 @@ import pandas as pd
 from distrank._checks import positive_int
 from distrank.clients import client_groups
 from distrank.metrics.kd import check_full_sample
+from distrank.metrics.metric import BANDWIDTH_KERNELS
 from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.registry import BANDWIDTH_KERNELS
 from distrank.metrics.scoring import score
 from distrank.metrics.table import from_values
 

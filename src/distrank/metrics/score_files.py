@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from distrank._io import read_json, write_json
+from distrank.clients import average
 from distrank.metrics.registry import SPREADS
-from distrank.metrics.table import average, from_rows
+from distrank.metrics.table import from_rows
 
 __all__ = ["average_client_files", "collect", "score_centralized_file", "score_client_file"]
 

@@ -7,23 +7,17 @@ For each model and metric D the table holds
     client  D(X_i, Y) for each client i
 
 (Wang et al., "Consistent Distributed Ranking of Generative Models via Kernel
-Distances", arXiv 2310.11714). KD comes from one set of kernel block sums
-(``kd.kernel_sums``), FD_all from the clients' Gaussian statistics
-(``fd.pool_stats``), and Precision/Recall/Density/Coverage from ``prdc.prdc``.
-When PRDC's pass forms every product KD needs, KD's sums come from those products
-(``kd.SumsBuilder``): the same values bit for bit, without KD's GEMMs.
-
-The scorer dispatches through ``metrics.registry``: a metric's compute function
-takes the checked inputs (:class:`Inputs`) and the requested metric keys it
-serves, checks what it needs, and returns a function that computes
-``{model: {metric: (pooled value, per-client values)}}``; every check runs before
-any heavy work.
+Distances", arXiv 2310.11714). Every metric is computed by its family
+(``metrics.registry``: KD from one set of kernel block sums, FD_all from the clients'
+Gaussian statistics, Precision/Recall/Density/Coverage from one blocked pass), given
+the inputs :func:`prepare` checks; when one family forms every product another's
+kernel sums need (PRDC's distance blocks, KD's sums), those products serve both: the
+same values bit for bit, without KD's GEMMs. Every check runs before any heavy work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,54 +25,68 @@ import torch
 
 from distrank._arrays import as_features, resolve_device, work_dtype
 from distrank._checks import TooFewRows, about
-from distrank.clients import ClientGroups, client_groups
+from distrank.clients import client_groups
 from distrank.metrics import kd as kd_
-from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
+from distrank.metrics.families import Inputs, Run, Values
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.prdc import _check_block, prdc
+from distrank.metrics.prdc import _check_block
 from distrank.metrics.registry import METRICS
-from distrank.metrics.subsets import subset_kd
 from distrank.metrics.table import from_values
 
-Values = dict[str, dict[str, tuple[float, np.ndarray]]]
-#: Bytes of model covariances FD holds at once (models are scored in chunks of this).
-FD_CHUNK_BYTES = 256 * 2**20
+
+def prepare(
+    reference,
+    clients,
+    models: Mapping[str, object],
+    options: ScoreOptions,
+    *,
+    device=None,
+    block_size: int | None = None,
+) -> Inputs:
+    """The checked inputs of a scoring call: the reference's rows and client groups, the
+    models' rows, the rows every requested metric needs in each client and model
+    (:class:`~distrank._checks.TooFewRows` names the sample), and KD's kernel with an
+    rbf/laplace bandwidth not given resolved by the median heuristic on the pooled
+    reference (in ``options`` too). A bad input is a ``ValueError`` naming it."""
+    with about("reference"):
+        x = as_features(reference, "reference")
+        groups = client_groups(clients, x.shape[0])
+    ys = check_models(models, x.shape[1])
+    check_rows(groups, ys, options)
+    kernel, options = kernel_of(x, options)
+    block = _check_block(block_size, work_dtype(options.dtype).itemsize)
+    return Inputs(x, groups, ys, options, kernel, resolve_device(device), block)
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """The checked inputs of one scoring call, as the compute functions get them."""
+def kernel_of(x: torch.Tensor, options: ScoreOptions):
+    """(KD's kernel or None when no requested metric uses it, ``options`` with an
+    rbf/laplace bandwidth not given set by the median heuristic on ``x``)."""
+    if not any(METRICS[m].family.uses_kernel for m in options.metrics):
+        return None, options
+    params = options.kernel_params
+    if needs_bandwidth(options.kernel, params):
+        with about("reference"):
+            bandwidth = median_bandwidth(x, kernel=options.kernel, seed=options.seed)
+        options = options.replace(kernel_params={**(params or {}), "bandwidth": bandwidth})
+    return make_kernel(options.kernel, options.kernel_params, x.shape[1]), options
 
-    reference: torch.Tensor
-    groups: ClientGroups
-    models: dict[str, torch.Tensor]
-    options: ScoreOptions
-    device: torch.device
-    block_size: int = kd_.BLOCK_SIZE  # rows of one product block, KD's and PRDC's
 
-    def client_rows(self, c: int) -> torch.Tensor:
-        return self.reference[torch.from_numpy(self.groups.rows(c))]
-
-    def sizes(self, *, models: bool = True) -> dict[str, int]:
-        """Rows of every client (and model), keyed by how an error names them."""
-        return {key: rows for key, (rows, _) in self._named(models).items()}
-
-    def subject(self, key: str) -> tuple[str, str]:
-        """The ``InputError.subject`` of a key of :meth:`sizes`."""
-        return self._named(True)[key][1]
-
-    def _named(self, models: bool) -> dict[str, tuple[int, tuple[str, str]]]:
-        out = {
-            f"clients: client {name!r}": (int(size), ("client", name))
-            for name, size in zip(self.groups.names, self.groups.sizes)
-        }
-        if models:
-            out |= {
-                f"models[{name!r}]": (y.shape[0], ("model", name))
-                for name, y in self.models.items()
-            }
-        return out
+def check_rows(groups, models: Mapping, options: ScoreOptions) -> None:
+    """TooFewRows naming the sample unless every client of ``groups`` and every model
+    holds the rows each metric of ``options`` needs (``Metric.needs``)."""
+    sizes = {("client", name): int(n) for name, n in zip(groups.names, groups.sizes)}
+    sizes |= {("model", name): y.shape[0] for name, y in models.items()}
+    for key in options.metrics:
+        need = METRICS[key].needs(options)
+        for (kind, name), rows in sizes.items():
+            least = need.client if kind == "client" else need.model
+            if rows < least:
+                sample = f"clients: client {name!r}" if kind == "client" else f"models[{name!r}]"
+                raise TooFewRows(
+                    f"{sample} has {rows} row{'s' * (rows != 1)}; {need.why} needs at least {least}",
+                    subject=(kind, name),
+                )
 
 
 def score(
@@ -115,188 +123,38 @@ def score(
             mismatched dimensions, too few rows, unknown metric or option).
     """
     opts = score_options(options, **changes)
-    with about("reference"):
-        x = as_features(reference, "reference")
-        groups = client_groups(clients, x.shape[0])
-    lam = groups.weights(opts.weights)
-    inputs = Inputs(
-        x,
-        groups,
-        _check_models(models, x.shape[1]),
-        opts,
-        resolve_device(device),
-        _check_block(block_size, work_dtype(opts.dtype).itemsize),
-    )
-    wanted = opts.metrics
-    by_function: dict[Callable, list[str]] = {}
-    for key in wanted:
-        by_function.setdefault(METRICS[key].function(), []).append(key)
-    runs = {fn: fn(inputs, keys) for fn, keys in by_function.items()}  # all checks first
-    _share_products(runs, by_function.get(_score_prdc, []))
+    inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
+    by_family: dict = {}
+    for key in opts.metrics:
+        by_family.setdefault(METRICS[key].family, []).append(key)
+    runs = [family.plain(inputs, keys) for family, keys in by_family.items()]  # checks first
     values: Values = {name: {} for name in inputs.models}
-    for run in runs.values():
-        for name, by_metric in run().items():
+    for run in share_products(runs):
+        for name, by_metric in run.compute().items():
             values[name] |= by_metric
-    order = [m for key in wanted for m in (key, f"{key}_std")]  # rows in the asked order
+    order = [m for key in opts.metrics for m in (key, f"{key}_std")]  # rows in the asked order
     values = {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
-    return from_values(values, groups.names, lam)
+    return from_values(values, inputs.groups.names, inputs.groups.weights(opts.weights))
 
 
-def _share_products(runs: dict[Callable, Callable], prdc_keys: list[str]) -> None:
-    """Let PRDC's pass give KD its sums when it forms every product KD needs (the
-    pooled radii and the model radii): KD then costs no GEMM of its own, and its
-    values are bit for bit those of its own pass (the same blocks in the same order).
-    """
-    kd_run, prdc_run = runs.get(_score_kd), runs.get(_score_prdc)
-    if kd_run is None or prdc_run is None or kd_run.kernel is None:
-        return
-    if "recall" not in prdc_keys or prdc_keys == ["recall"]:
-        return
+def share_products(runs: Sequence[Run]) -> list[Run]:
+    """The runs, a run that feeds products and one that takes its sums from them made
+    one: the feeder's pass hands its product blocks to a ``kd.SumsBuilder`` of the
+    taker's kernel, whose sums give the taker's values (bit for bit those of its own
+    pass: the same blocks in the same order), so the taker forms no product itself."""
+    feeder = next((r for r in runs if r.feeds_products), None)
+    taker = next((r for r in runs if r.from_sums is not None), None)
+    if feeder is None or taker is None:
+        return list(runs)
 
     def both() -> Values:
-        builder = kd_.SumsBuilder(kd_run.kernel)
-        values = prdc_run(products=builder)
-        for name, kd in kd_run.values(builder.sums()).items():
-            values[name] |= kd
+        builder = kd_.SumsBuilder(taker.kernel)
+        values = feeder.compute(products=builder)
+        for name, by_metric in taker.from_sums(builder.sums()).items():
+            values[name] |= by_metric
         return values
 
-    del runs[_score_kd]
-    runs[_score_prdc] = both
-
-
-def _score_kd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
-    """KD from one set of kernel block sums (U or V form), or KID-style subsets."""
-    o, x, groups = inputs.options, inputs.reference, inputs.groups
-    estimator = o.kd_estimator
-    kd_.check_sizes({}, estimator, o.subset_size)
-    for key, rows in inputs.sizes().items():
-        with about(*inputs.subject(key)):
-            kd_.check_sizes({key: rows}, estimator, o.subset_size)
-    params = o.kernel_params
-    if needs_bandwidth(o.kernel, params):
-        with about("reference"):
-            bandwidth = median_bandwidth(x, kernel=o.kernel, seed=o.seed)
-        params = {**(params or {}), "bandwidth": bandwidth}
-    kern = make_kernel(o.kernel, params, x.shape[1])
-
-    def values(sums: kd_.KernelSums) -> Values:
-        per_client, pooled = sums.kd(estimator)
-        return {
-            name: {"kd": (float(pooled[g]), per_client[g])} for g, name in enumerate(inputs.models)
-        }
-
-    def run() -> Values:
-        if estimator != "subsets":
-            return values(
-                kd_.kernel_sums(
-                    x,
-                    groups.index,
-                    inputs.models.values(),
-                    kern,
-                    dtype=o.dtype,
-                    device=inputs.device,
-                    block_size=inputs.block_size,
-                )
-            )
-        mean, std = subset_kd(
-            x,
-            groups.index,
-            list(inputs.models.values()),
-            kern,
-            n_subsets=o.n_subsets,
-            subset_size=o.subset_size,
-            seed=o.seed,
-            dtype=o.dtype,
-            device=inputs.device,
-            block_size=inputs.block_size,
-        )
-        return {
-            name: {"kd": (mean[g, 0], mean[g, 1:]), "kd_std": (std[g, 0], std[g, 1:])}
-            for g, name in enumerate(inputs.models)
-        }
-
-    # What PRDC's pass needs to give KD its sums (_share_products): full-sample KD only.
-    run.kernel, run.values = (kern if estimator != "subsets" else None), values
-    return run
-
-
-def _score_fd(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
-    """FD per client, and FD_all from the pooled client statistics."""
-    for name, rows in inputs.sizes().items():
-        if rows < 2:
-            raise TooFewRows(
-                f"{name} has {rows} row; FD (covariance, ddof=1) needs 2",
-                subject=inputs.subject(name),
-            )
-
-    def run() -> Values:
-        # Models in chunks of FD_CHUNK_BYTES of covariances; per chunk, one client's
-        # (d, d) statistics at a time, pooled as they come: memory holds a chunk of
-        # models' and two clients' covariances, whatever the numbers of clients and models.
-        dev, k, names = inputs.device, len(inputs.groups.sizes), list(inputs.models)
-        d = next(iter(inputs.models.values())).shape[1]
-        chunk = max(1, FD_CHUNK_BYTES // (8 * d * d))
-        fd = np.empty((k + 1, len(names)))
-        for start in range(0, len(names), chunk):
-            cols = slice(start, start + chunk)
-            model_stats = [gaussian_stats(inputs.models[n], device=dev) for n in names[cols]]
-            pooled = None
-            for c in range(k):
-                stats = gaussian_stats(inputs.client_rows(c), device=dev)
-                fd[c, cols] = frechet_distances([stats], model_stats, device=dev)[0]
-                pooled = stats if pooled is None else pool_stats([pooled, stats])
-            fd[k, cols] = frechet_distances([pooled], model_stats, device=dev)[0]
-        return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(names)}
-
-    return run
-
-
-def _score_prdc(inputs: Inputs, keys: list[str]) -> Callable[[], Values]:
-    """Precision, Recall, Density and Coverage in one blocked pass (``prdc.prdc``)."""
-    o, groups = inputs.options, inputs.groups
-    pr_k, dc_k = o.pr_k, o.dc_k
-    # k-NN radii need k + 1 rows: clients for precision (pr_k), density and coverage
-    # (dc_k); models for recall (pr_k).
-    client_k = ([pr_k] if "precision" in keys else []) + (
-        [dc_k] if {"density", "coverage"} & set(keys) else []
-    )
-    needs = {name: client_k for name in inputs.sizes(models=False)}
-    if "recall" in keys:
-        needs |= {f"models[{name!r}]": [pr_k] for name in inputs.models}
-    sizes = inputs.sizes()
-    for name, ks in needs.items():
-        if ks and sizes[name] < max(ks) + 1:
-            raise TooFewRows(
-                f"{name} has {sizes[name]} rows; k={max(ks)} nearest neighbours "
-                f"need at least {max(ks) + 1}",
-                subject=inputs.subject(name),
-            )
-
-    def run(products=None) -> Values:
-        result = prdc(
-            inputs.reference,
-            groups.index,
-            inputs.models,
-            pr_k=pr_k,
-            dc_k=dc_k,
-            metrics=keys,
-            dtype=o.dtype,
-            device=inputs.device,
-            block_rows=inputs.block_size,
-            products=products,
-        )
-        return {
-            name: {
-                metric: (
-                    float(result[name][metric]["all"]),
-                    np.array([result[name][metric][str(c)] for c in range(len(groups.names))]),
-                )
-                for metric in keys
-            }
-            for name in inputs.models
-        }
-
-    return run
+    return [r for r in runs if r is not feeder and r is not taker] + [Run(both)]
 
 
 def score_client(
@@ -319,7 +177,8 @@ def score_client(
     client's own median.
     """
     opts = score_options(options, **changes)
-    if "kd" in opts.metrics and needs_bandwidth(opts.kernel, opts.kernel_params):
+    uses_kernel = any(METRICS[m].family.uses_kernel for m in opts.metrics)
+    if uses_kernel and needs_bandwidth(opts.kernel, opts.kernel_params):
         raise ValueError(
             f"kernel_params: kernel {opts.kernel!r} needs an explicit 'bandwidth' for "
             "client scores (one bandwidth shared by all clients)"
@@ -340,7 +199,8 @@ def client_scores(client_features, model_features, options=None, **changes) -> d
     return score_client(client_features, {"model": model_features}, options, **changes)["model"]
 
 
-def _check_models(models, d: int) -> dict[str, torch.Tensor]:
+def check_models(models, d: int) -> dict[str, torch.Tensor]:
+    """The models' rows (name -> (m, d) tensor), each checked and named by its key."""
     if not isinstance(models, Mapping) or not models:
         raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
     ys = {}

@@ -18,8 +18,8 @@ model with its ``all`` and ``avg`` values (:func:`pivot`, :func:`wide`), and say
 well the two rankings agree: Kendall's tau-b (:func:`kendall_tau`), the model pairs
 they order oppositely (:func:`discordant_pairs`, :func:`flipped_pairs`) and a table
 of both per metric (:func:`rank_agreement`). Every table with per-client values is
-built by :func:`from_values`, whose ``avg`` rows are :func:`average`: the one place
-that says what D_avg is.
+built by :func:`from_values`, whose ``avg`` rows are ``clients.average``: the one
+place that says what D_avg is.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import pandas as pd
 
 from distrank._checks import InputError
 from distrank._io import atomic_path
+from distrank.clients import average
 from distrank.metrics.ranking import discordant_pairs, rank_models, tau_b
 from distrank.metrics.registry import HIGHER_IS_BETTER, SPREADS, display
 
@@ -72,18 +73,10 @@ def from_rows(rows: Iterable[tuple]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=list(COLUMNS))
 
 
-def average(local, weights):
-    """D_avg = sum_i lambda_i D_i: the clients' values ``local`` (clients on the last
-    axis; batches of them at once) under the weights lambda_i
-    (``distrank.clients.client_weights``). A float for one set of values."""
-    out = np.asarray(local, np.float64) @ np.asarray(weights, np.float64)
-    return float(out) if out.ndim == 0 else out
-
-
 def from_values(values: Mapping, client_names: Sequence[str], weights) -> pd.DataFrame:
     """The tidy table of ``values``: model -> metric -> (pooled value or None, the
     clients' values in the order of ``client_names``). Per model and metric, in that
-    order: the ``all`` row (unless None), the ``avg`` row (:func:`average` under
+    order: the ``all`` row (unless None), the ``avg`` row (``clients.average`` under
     ``weights``; none for a spread such as ``kd_std``: a std of the average is not the
     average of stds), and one ``client`` row per client."""
     rows = []

@@ -1,0 +1,109 @@
+"""Precision, Recall, Density and Coverage: one family, four metrics.
+
+plain: one blocked pass over the distance blocks (``prdc.prdc``); with Recall and one
+of the other three it forms every product KD's sums need, so it feeds them
+(``Run.feeds_products``). partitions: the distance blocks of each model serve every
+partition (``prdc_partitions.partition_prdc``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values
+from distrank.metrics.metric import EXACT, Metric, Rows
+
+
+class PRDC(Family):
+    def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
+        import numpy as np
+
+        from distrank.metrics.prdc import prdc
+
+        o, groups = inputs.options, inputs.groups
+
+        def compute(products=None) -> Values:
+            result = prdc(
+                inputs.reference,
+                groups.index,
+                inputs.models,
+                pr_k=o.pr_k,
+                dc_k=o.dc_k,
+                metrics=keys,
+                dtype=o.dtype,
+                device=inputs.device,
+                block_rows=inputs.block_size,
+                products=products,
+            )
+            clients = [str(c) for c in range(len(groups.names))]
+            return {
+                name: {
+                    m: (
+                        float(result[name][m]["all"]),
+                        np.array([result[name][m][c] for c in clients]),
+                    )
+                    for m in keys
+                }
+                for name in inputs.models
+            }
+
+        # Recall's model radii and another metric's reference radii: every product KD needs
+        return Run(compute, feeds_products="recall" in keys and len(keys) > 1)
+
+    def partitions(self, inputs: Partitioned, keys: Sequence[str]) -> dict[str, Values]:
+        from distrank._arrays import work_dtype
+        from distrank.metrics.prdc_partitions import partition_prdc
+
+        o = inputs.options
+        return partition_prdc(
+            inputs.reference,
+            inputs.partitions,
+            inputs.models,
+            list(keys),
+            o.pr_k,
+            o.dc_k,
+            work_dtype(o.dtype),
+            inputs.device,
+        )
+
+
+_FAMILY = PRDC()
+NEAREST = "k={k} nearest neighbours"
+PRECISION = Metric(
+    "precision",
+    "Precision",
+    True,
+    _FAMILY,
+    lambda o: Rows(client=o.pr_k + 1, why=NEAREST.format(k=o.pr_k)),
+    why_not="Precision counts generated samples inside the reference manifold, whose k-NN "
+    "radii differ between each client and the pool.",
+)
+RECALL = Metric(
+    "recall",
+    "Recall",
+    True,
+    _FAMILY,
+    lambda o: Rows(model=o.pr_k + 1, why=NEAREST.format(k=o.pr_k)),
+    agrees=EXACT,
+    consistent="exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
+    "the clients)",
+    breaks={"weights": {"uniform": "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"}},
+)
+DENSITY = Metric(
+    "density",
+    "Density",
+    True,
+    _FAMILY,
+    lambda o: Rows(client=o.dc_k + 1, why=NEAREST.format(k=o.dc_k)),
+    why_not="Density counts generated samples in reference k-NN balls, whose radii differ "
+    "between each client and the pool.",
+)
+COVERAGE = Metric(
+    "coverage",
+    "Coverage",
+    True,
+    _FAMILY,
+    lambda o: Rows(client=o.dc_k + 1, why=NEAREST.format(k=o.dc_k)),
+    why_not="Coverage uses the k-NN radii of the reference rows, which differ between each "
+    "client and the pool.",
+)
