@@ -140,7 +140,7 @@ def site_integers(sites, models) -> dict[str, np.ndarray]:
     )
     options = settings.options | {"metrics": ["kd", "fd", "recall"]}
     k_max = secure.kernel_bound("poly", {}, 6, BOUND)
-    plan = secure.Plan(tuple(models), ("kd", "recall"), True, 6, "size", BOUND, 1000, k_max)
+    plan = secure.Plan(tuple(models), ("kd", "fd", "recall"), 6, "size", BOUND, 1000, k_max)
     centre = secure.public_centre(models)
     return {
         name: np.rint(

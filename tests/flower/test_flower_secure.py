@@ -27,10 +27,10 @@ from secure_run import BOUND, flower_sum, run_secure
 from distrank.flower.federation import RUN_CONFIG, FederationError, RunSettings
 from distrank.flower.masks import GENERATOR
 from distrank.flower.secure import plan as secure
-from distrank.flower.secure.bounds import fd_bound
 from distrank.flower.secure.server import bounds_path
 from distrank.metrics import score
-from distrank.metrics.fd import GaussianStats, frechet_distance, gaussian_stats
+from distrank.metrics.fd import GaussianStats, fd_bound, frechet_distance, gaussian_stats
+from distrank.metrics.registry import METRICS
 from distrank.metrics.table import meta_path
 
 KEY = ["model", "metric", "aggregation", "client"]
@@ -148,8 +148,7 @@ def test_a_value_outside_its_range_is_an_error_naming_the_setting(
 def plan_of(**changes) -> secure.Plan:
     base = dict(
         models=("a", "b"),
-        metrics=("kd", "recall"),
-        fd=True,
+        metrics=("kd", "recall", "fd"),
         dim=3,
         weights="size",
         feature_bound=2.0,
@@ -254,10 +253,10 @@ def test_secure_settings_and_what_they_refuse():
     with pytest.raises(ValueError) as err:
         settings(metrics="kd,precision,recall,density")
     assert str(err.value).startswith(
-        "run config: metrics ['precision', 'density'] are refused in secure mode: secure mode "
-        "writes only what a secure sum"
+        "run config: metrics ['precision', 'density'] are refused in secure mode: it writes "
+        "only what a secure sum of the sites' values gives (Metric.secure); Precision: "
     )
-    assert "nearest-neighbour radii among all sites' rows" in str(err.value)
+    assert str(err.value).endswith("Density: " + METRICS["density"].why_not)
     for change, match in [
         ({"feature-bound": 0.0}, "secure mode needs 'feature-bound' > 0"),
         ({"feature-bound": float("inf")}, "secure mode needs 'feature-bound' > 0"),

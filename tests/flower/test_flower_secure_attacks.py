@@ -156,7 +156,7 @@ def test_removing_the_private_masks_leaves_each_vector_under_pairwise_masks(
     assert {k: len(v) for k, v in by_stage.items()} == dict.fromkeys(STAGES[:5], 3)
     for msg in by_stage["query"]:  # round 1: no numbers
         assert not msg.content.array_records
-        assert set(msg.content.config_records["site"]) == {"site-id", "fd", "error"}
+        assert set(msg.content.config_records["site"]) == {"site-id", "moments", "error"}
     for msg in by_stage[Stage.COLLECT_MASKED_VECTORS]:
         content = msg.content
         assert all(not record for record in content.array_records.values())  # cleared
@@ -325,7 +325,7 @@ def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
     sampling interval, and its mean is the exact KD_avg."""
     sites, models = federation
     noise = distributed_noise(epsilon=1.0, delta=1e-5, n_models=2, threshold=2)
-    plan = secure.Plan(tuple(models), ("kd",), False, 6, "size", BOUND, 1000, 1.0, noise.site_std)
+    plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, noise.site_std)
     options = {
         "metrics": ["kd"],
         "kernel": "rbf",

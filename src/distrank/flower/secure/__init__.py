@@ -22,12 +22,12 @@ the (n - 1) of the pooled covariance. No ``client`` rows (nobody has them), no
 ``kd_std``, and no FD_avg, which need not rank like FD_all. Precision, Density and
 Coverage are refused: the pooled value needs nearest-neighbour radii among all sites'
 rows, which no sum of site values gives, and their client averages need not rank like
-the pooled metric (``metrics.registry``).
+the pooled metric. Each metric says how it enters the sum (``Metric.secure``, a
+``metrics.families.SecureSum``): a metric without one is refused.
 
 Quantisation and the message layout: :mod:`~distrank.flower.secure.plan`; the site,
 its policy and its failure categories: :mod:`~distrank.flower.secure.site`; the
-server: :mod:`~distrank.flower.secure.server`; FD's bound:
-:mod:`~distrank.flower.secure.bounds`. Masks come from SHAKE-256 of the whole shared
+server: :mod:`~distrank.flower.secure.server`; FD's bound: ``metrics.fd.fd_bound``. Masks come from SHAKE-256 of the whole shared
 secret (:mod:`distrank.flower.masks`), not from Flower 1.42's 32-bit fold.
 
 Optional distributed noise (``noise-epsilon`` > 0, with ``noise-delta``): each site adds
@@ -37,6 +37,6 @@ against any sum the server can unmask (``metrics.privacy.DistributedNoise``).
 Threat model: ``docs/flower.md`` (who learns what, per mode).
 """
 
-from distrank.flower.secure.plan import SECURE_CONFIG, SECURE_METRICS
+from distrank.flower.secure.plan import SECURE_CONFIG
 
-__all__ = ["SECURE_CONFIG", "SECURE_METRICS"]
+__all__ = ["SECURE_CONFIG"]

@@ -32,6 +32,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from distrank.flower.masks import GENERATOR
 from distrank.flower.messages import encode_request
+from distrank.metrics.registry import METRICS
 
 if TYPE_CHECKING:
     from distrank.flower.federation import RunSettings
@@ -46,14 +47,6 @@ SECURE_CONFIG = {
     "noise-epsilon": 0.0,
     "noise-delta": 0.0,
 }
-#: the metrics secure mode writes: KD and Recall avg, FD all
-SECURE_METRICS = ("kd", "fd", "recall")
-REFUSED = (
-    "secure mode writes only what a secure sum of the sites' values gives and ranks like "
-    "the pooled data (KD_avg, Recall_avg = Recall_all, FD_all); the pooled Precision, "
-    "Density and Coverage need nearest-neighbour radii among all sites' rows, which no "
-    "sum gives, and their client averages need not rank like them"
-)
 LIMB = 30  # bits of one limb: Flower's quantiser casts to int32
 LEVELS = 1 << LIMB  # SecAggPlusWorkflow's quantization_range
 HALF = 1 << (2 * LIMB - 1)  # the grid over [-s, s] has 2 * HALF steps
@@ -89,9 +82,13 @@ class SecureSettings:
 
         if not get("secure", bool):
             return None
-        refused = [m for m in settings.options["metrics"] if m not in SECURE_METRICS]
+        refused = [m for m in settings.options["metrics"] if METRICS[m].secure is None]
         if refused:
-            raise ValueError(f"run config: metrics {refused} are refused in secure mode: {REFUSED}")
+            why = "; ".join(f"{METRICS[m].display}: {METRICS[m].why_not}" for m in refused)
+            raise ValueError(
+                f"run config: metrics {refused} are refused in secure mode: it writes only "
+                f"what a secure sum of the sites' values gives (Metric.secure); {why}"
+            )
         bound = float(get("feature-bound", (int, float)))
         if not (math.isfinite(bound) and bound > 0):
             raise ValueError(
@@ -151,36 +148,40 @@ def kernel_bound(kernel: str, params: Mapping | None, dim: int, radius: float) -
 
 @dataclass(frozen=True)
 class Plan:
-    """What a site's vector holds, each entry's clipping range, the noise each site adds
-    to its KD entries and the mask generator; public, sent to the sites."""
+    """What a site's vector holds -- its row count, then each metric's entries
+    (``Metric.secure``) -- each entry's clipping range, the noise each site adds to the
+    noisy entries (KD's) and the mask generator; public, sent to the sites."""
 
     models: tuple[str, ...]
-    metrics: tuple[str, ...]  # the weighted sums, of "kd" and "recall"
-    fd: bool
+    metrics: tuple[str, ...]  # each with a secure sum, in the order asked
     dim: int
     weights: str
     feature_bound: float
     max_rows: int
     kernel_bound: float
-    noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each w_i KD_i
+    noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each noisy entry
     generator: str = GENERATOR
+
+    def sums(self) -> dict:
+        """Metric key -> its secure sum."""
+        return {m: METRICS[m].secure for m in self.metrics}
+
+    @property
+    def moments(self) -> tuple[str, ...]:
+        """The metrics whose entries hold a site's moments (node config share-stats)."""
+        return tuple(m for m, s in self.sums().items() if s.moments)
 
     def blocks(self) -> list[tuple[str, int, float, str]]:
         """(name, length, bound on |entry|, the settings that raise it) of each block."""
-        f, n = self.feature_bound, self.max_rows
-        w = n if self.weights == "size" else 1
         settings = "'feature-bound' or 'max-rows'"
-        blocks = [("rows", 1, n, "'max-rows'")]
-        for metric in self.metrics:
-            if metric == "kd":
-                bound = 4 * self.kernel_bound * w + NOISE_MARGIN * self.noise_std
-            else:
-                bound = w
-            blocks.append((metric, len(self.models), bound, settings))
-        if self.fd:
-            d = self.dim
-            blocks.append(("sum", d, 2 * f * n, settings))
-            blocks.append(("scatter", d * (d + 1) // 2, 4 * f * f * n, settings))
+        blocks = [("rows", 1, self.max_rows, "'max-rows'")]
+        for secure in self.sums().values():
+            margin = NOISE_MARGIN * self.noise_std if secure.noisy else 0.0
+            blocks += [
+                (name, n, bound + margin, settings) for name, n, bound in secure.blocks(self)
+            ]
+        if len({b[0] for b in blocks}) != len(blocks):
+            raise ValueError(f"metrics {self.metrics}: two secure sums name one block")
         return blocks
 
     def scales(self) -> dict[str, float]:
@@ -195,7 +196,6 @@ class Plan:
             {
                 "models": list(self.models),
                 "metrics": list(self.metrics),
-                "fd": self.fd,
                 "dim": self.dim,
                 "weights": self.weights,
                 "feature-bound": float(self.feature_bound),
@@ -209,10 +209,9 @@ class Plan:
     @classmethod
     def from_config(cls, record: Mapping) -> Plan:
         try:
-            return cls(
+            plan = cls(
                 tuple(record["models"]),
                 tuple(record["metrics"]),
-                bool(record["fd"]),
                 int(record["dim"]),
                 str(record["weights"]),
                 float(record["feature-bound"]),
@@ -223,6 +222,10 @@ class Plan:
             )
         except KeyError as err:
             raise ValueError(f"secure request: no {err.args[0]!r} in its plan") from None
+        unknown = [m for m in plan.metrics if m not in METRICS or METRICS[m].secure is None]
+        if unknown:
+            raise ValueError(f"secure request: no secure sum of metrics {unknown} here")
+        return plan
 
 
 def scale_above(bound: float) -> float:
@@ -243,17 +246,15 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
                 f"{secure.feature_bound:g}: raise it"
             )
     o, dim = settings.options, dims.pop()
-    metrics = tuple(m for m in o["metrics"] if m in ("kd", "recall"))
     k_max = kernel_bound(o["kernel"], o["kernel_params"], dim, secure.feature_bound)
     return Plan(
         tuple(models),
-        metrics,
-        "fd" in o["metrics"],
+        tuple(o["metrics"]),
         dim,
         settings.weights,
         secure.feature_bound,
         secure.max_rows,
-        k_max if "kd" in metrics else 0.0,
+        k_max if "kd" in o["metrics"] else 0.0,
         secure.noise.site_std if secure.noise else 0.0,
     )
 
@@ -343,16 +344,18 @@ def encode_secure_request(
 
 @dataclass(frozen=True)
 class Ready:
-    """A site's round-1 reply: its id, its node, whether it joins FD, or an error category."""
+    """A site's round-1 reply: its id, its node, whether it adds its moments, or an error
+    category."""
 
     site: int | str
     node: int
-    fd: bool = False
+    moments: bool = False
     error: str = ""
 
 
-def encode_ready(site_id, *, fd: bool = False, error: str = "") -> RecordDict:
-    return RecordDict({"site": ConfigRecord({"site-id": site_id, "fd": fd, "error": error})})
+def encode_ready(site_id, *, moments: bool = False, error: str = "") -> RecordDict:
+    record = {"site-id": site_id, "moments": moments, "error": error}
+    return RecordDict({"site": ConfigRecord(record)})
 
 
 def decode_ready(reply: Message) -> Ready:
@@ -363,4 +366,4 @@ def decode_ready(reply: Message) -> Ready:
     if isinstance(site, bool) or not isinstance(site, (int, str)):
         raise ValueError(f"reply: site-id must be an int or a str, got {site!r}")
     error = str(record.get("error") or "")
-    return Ready(site, reply.metadata.src_node_id, bool(record.get("fd")), error)
+    return Ready(site, reply.metadata.src_node_id, bool(record.get("moments")), error)

@@ -20,11 +20,9 @@ from flwr.server.workflow import SecAggPlusWorkflow
 
 from distrank.flower.federation import FederationError, RunSettings, gather
 from distrank.flower.masks import GENERATOR
-from distrank.flower.secure.bounds import fd_bound
 from distrank.flower.secure.plan import (
     LEVELS,
     MODULUS,
-    SECURE_METRICS,
     SUM_ERROR,
     Plan,
     SecureSettings,
@@ -61,10 +59,11 @@ def main(grid: Grid, context: Context) -> None:
         timeout=settings.timeout,
         decode=decode_ready,
     )
-    if plan.fd and (without := [r.site for r in ready if not r.fd]):
+    if plan.moments and (without := [r.site for r in ready if not r.moments]):
         raise FederationError(
-            f"FD_all needs every site's moments in the secure sum; site(s) {without} do not "
-            "allow it (node config share-stats=false): drop 'fd' from 'metrics'"
+            f"metrics {list(plan.moments)} need every site's moments in the secure sum; "
+            f"site(s) {without} do not allow it (node config share-stats=false): drop "
+            f"{list(plan.moments)} from 'metrics'"
         )
     nodes = {r.node: str(r.site) for r in ready}
     total, included = secure_sum(
@@ -267,12 +266,11 @@ def secure_table(
     noise: DistributedNoise | None = None,
     device=None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tidy table (avg rows of KD and Recall, all rows of FD) and the bound and noise
-    std of each row (columns model, metric, aggregation, bound, noise_std) from Flower's
-    aggregate of k sites."""
+    """The tidy table (each metric's rows of its secure sum: avg of KD and Recall, all of
+    FD) and the bound and noise std of each row (columns model, metric, aggregation,
+    bound, noise_std) from Flower's aggregate of k sites."""
     import pandas as pd
 
-    from distrank.metrics.fd import GaussianStats, frechet_distances, gaussian_stats
     from distrank.metrics.table import COLUMNS
 
     try:
@@ -280,31 +278,15 @@ def secure_table(
     except ValueError as err:
         raise FederationError(str(err)) from None
     blocks, scales = split(total, plan), plan.scales()
+    errors = {name: k * s * SUM_ERROR for name, s in scales.items()}  # per summed entry
     n = int(round(blocks["rows"][0]))
-    weight = n if plan.weights == "size" else k
-    values, bound, noise_std = {}, {}, {}
-    for metric in plan.metrics:
-        values[metric] = blocks[metric] / weight
-        bound[metric] = k * scales[metric] * SUM_ERROR / weight
-        noise_std[metric] = noise.released_std(n, k) if noise and metric == "kd" else 0.0
-    if plan.fd:
-        s1, upper = blocks["sum"], blocks["scatter"]
-        s2 = np.zeros((plan.dim, plan.dim))
-        s2[np.triu_indices(plan.dim)] = upper
-        s2 = s2 + s2.T - np.diag(np.diag(s2))
-        cov = (s2 - np.outer(s1, s1) / n) / (n - 1)
-        pooled = GaussianStats(n, np.asarray(centre) + s1 / n, cov)
-        fitted = [gaussian_stats(models[name], device=device) for name in plan.models]
-        values["fd"] = frechet_distances([pooled], fitted, device=device)[0]
-        e1, e2 = (k * scales[b] * SUM_ERROR for b in ("sum", "scatter"))
-        bound["fd"] = np.array([fd_bound(pooled, y, s1, e1, e2) for y in fitted])
-        noise_std["fd"] = 0.0
     rows, bound_rows = [], []
-    for i, model in enumerate(plan.models):
-        for metric in (m for m in SECURE_METRICS if m in values):
-            agg = "all" if metric == "fd" else "avg"
-            rows.append((model, metric, agg, "", float(values[metric][i])))
-            row_bound = float(np.broadcast_to(bound[metric], len(plan.models))[i])
-            bound_rows.append((model, metric, agg, row_bound, noise_std[metric]))
+    for metric, secure in plan.sums().items():
+        noise_std = noise.released_std(n, k) if noise and secure.noisy else 0.0
+        got = secure.finish(plan, blocks, n, k, centre, models, errors, device=device)
+        for agg, (values, bounds) in got.items():
+            for i, model in enumerate(plan.models):
+                rows.append((model, metric, agg, "", float(values[i])))
+                bound_rows.append((model, metric, agg, float(bounds[i]), noise_std))
     columns = ["model", "metric", "aggregation", "bound", "noise_std"]
     return pd.DataFrame(rows, columns=COLUMNS), pd.DataFrame(bound_rows, columns=columns)

@@ -38,7 +38,7 @@ from distrank._checks import TooFewRows
 from distrank.flower import masks
 from distrank.flower.messages import decode_request
 from distrank.flower.node import SiteConfig
-from distrank.flower.secure.plan import OutOfBounds, Plan, encode, encode_ready
+from distrank.flower.secure.plan import OutOfBounds, Plan, encode, encode_ready, split
 
 STATE = "distrank.secure"  # the site's context.state record of its prepared vector
 #: what a site in secure mode says of a failure, whatever its cause
@@ -72,10 +72,10 @@ def failure(err: BaseException) -> str:
 def site_vector(
     x: np.ndarray, models: Mapping, options: Mapping, plan: Plan, centre, device=None
 ) -> np.ndarray:
-    """A site's float64 vector in the plan's layout, after checking its rows against the
-    plan's public bounds (:class:`OutOfBounds` names the setting to raise)."""
+    """A site's float64 vector in the plan's layout -- n_i, then each metric's entries
+    (``Metric.secure``) -- after checking its rows against the plan's public bounds
+    (:class:`OutOfBounds` names the setting to raise)."""
     from distrank.metrics import score_client
-    from distrank.metrics.fd import gaussian_stats
 
     n = len(x)
     if n > plan.max_rows:
@@ -88,35 +88,29 @@ def site_vector(
             f"a row of this site has L2 norm {float(np.max(norms)):g}, above the run config's "
             f"'feature-bound' {plan.feature_bound:g}: raise it"
         )
-    w = n if plan.weights == "size" else 1
+    sums = plan.sums()
+    scored = tuple(m for m, s in sums.items() if s.needs_scores)
+    scores = score_client(x, models, device=device, **(dict(options) | {"metrics": scored}))
     parts = [np.array([n], np.float64)]
-    if plan.metrics:
-        scores = score_client(
-            x, models, device=device, **(dict(options) | {"metrics": plan.metrics})
-        )
-        for metric in plan.metrics:
-            parts.append(np.array([w * scores[m][metric] for m in plan.models], np.float64))
-    if plan.fd:
-        stats = gaussian_stats(x, device=device)
-        offset = stats.mean - np.asarray(centre, np.float64)
-        scatter = (n - 1) * stats.cov + n * np.outer(offset, offset)
-        parts += [n * offset, scatter[np.triu_indices(plan.dim)]]
+    for secure in sums.values():
+        parts += secure.site(plan, x, scores if scored else None, centre, device=device)
     return np.concatenate(parts)
 
 
 def add_noise(vector: np.ndarray, plan: Plan, rng: np.random.Generator) -> np.ndarray:
-    """The vector with N(0, ``plan.noise_std``^2) added to each w_i KD_i entry."""
+    """The vector with N(0, ``plan.noise_std``^2) added to each entry of a noisy block."""
     if not plan.noise_std:
         return vector
-    start = 1 + len(plan.models) * plan.metrics.index("kd")
-    noisy = vector.copy()
-    noisy[start : start + len(plan.models)] += rng.normal(0.0, plan.noise_std, len(plan.models))
+    noisy, blocks = vector.copy(), split(np.arange(len(vector)), plan)
+    for secure in plan.sums().values():
+        for name, length, _ in secure.blocks(plan) if secure.noisy else ():
+            noisy[blocks[name]] += rng.normal(0.0, plan.noise_std, length)
     return noisy
 
 
 def prepare(site: SiteConfig, content: RecordDict, state: RecordDict) -> RecordDict:
     """Round 1 at a site: compute, check and keep its encoded vector in ``state`` (it
-    stays on the site); reply only the site id, whether it joins FD, or a category."""
+    stays on the site); reply only the site id, whether it adds its moments, or a category."""
     from distrank.features.cache import load_features
 
     try:
@@ -129,8 +123,8 @@ def prepare(site: SiteConfig, content: RecordDict, state: RecordDict) -> RecordD
                 f"the request's masks come from {plan.generator!r}; this site's from "
                 f"{masks.GENERATOR!r} (installed: {masks.installed()})"
             )
-        if plan.fd and not site.share_stats:
-            return encode_ready(site.site, fd=False)
+        if plan.moments and not site.share_stats:
+            return encode_ready(site.site, moments=False)
         centre = content.array_records["centre"]["c"].numpy()
         x = load_features(site.features)
         vector = site_vector(x, models, options, plan, centre, site.device)
@@ -138,7 +132,7 @@ def prepare(site: SiteConfig, content: RecordDict, state: RecordDict) -> RecordD
     except Exception as err:  # noqa: BLE001 -- every failure leaves as its category only
         return encode_ready(site.site, error=failure(err))
     state[STATE] = ArrayRecord({"limbs": Array(limbs)})
-    return encode_ready(site.site, fd=plan.fd)
+    return encode_ready(site.site, moments=bool(plan.moments))
 
 
 def share(site_id, content: RecordDict, state: RecordDict) -> RecordDict:

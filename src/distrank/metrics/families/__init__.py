@@ -6,13 +6,21 @@ KD (``kd``), FD (``fd``) and PRDC's four (``prdc``), whose :class:`Metric` objec
 it computes with inside its methods.
 """
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, SecureSum, Values
+from distrank.metrics.families.base import (
+    Family,
+    Inputs,
+    Partitioned,
+    Run,
+    SecureSum,
+    Values,
+    WeightedSum,
+)
 from distrank.metrics.families.fd import FD_METRIC
 from distrank.metrics.families.kd import KD_METRIC
 from distrank.metrics.families.prdc import COVERAGE, DENSITY, PRECISION, RECALL
 from distrank.metrics.metric import METRIC_KEYS, METRICS, register
 
-__all__ = ["Family", "Inputs", "Partitioned", "Run", "SecureSum", "Values"]
+__all__ = ["Family", "Inputs", "Partitioned", "Run", "SecureSum", "Values", "WeightedSum"]
 
 #: The package's metrics, in the order of ``metric.METRIC_KEYS``.
 PACKAGE_METRICS = (KD_METRIC, FD_METRIC, PRECISION, RECALL, DENSITY, COVERAGE)

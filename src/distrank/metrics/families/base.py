@@ -90,23 +90,55 @@ class Family:
 
 
 class SecureSum:
-    """How a metric enters Flower's secure mode (``distrank.flower.secure``): what a
-    site adds to the sum and what the server makes of the sum.
+    """How a metric enters Flower's secure mode (``distrank.flower.secure``): the entries
+    a site adds to the sum, their public bounds, and what the server makes of the sum.
 
-    ``blocks(ctx)`` lists (name, length, bound on |entry|) of the site's entries, the
-    bound from public settings only (``ctx``: feature bound F, max rows N, models,
-    weights, kernel bound, dim); ``site(ctx, x, scores, centre)`` gives those entries
-    from the site's rows and its client scores; ``finish(ctx, sums, n, k, centre)`` gives
-    (aggregation, values per model, bound per model) from the summed blocks.
+    ``plan`` is the run's public plan (models, dim, weights, feature_bound F, max_rows N,
+    kernel_bound). :meth:`blocks` lists (name, length, bound on every entry's |value|)
+    from public settings only; :meth:`site` gives a site's entries, block by block, from
+    its rows and (``needs_scores``) its client scores; :meth:`finish` gives, per
+    aggregation, (values, bounds) for every model from the summed blocks, whose entries
+    are each off by at most ``errors[block]``. ``moments``: the entries hold the site's
+    moments, which its node config must allow (``share-stats``); ``noisy``: the entries
+    that secure mode's distributed noise goes to.
     """
 
-    aggregation = "avg"
+    needs_scores = False
+    moments = False
+    noisy = False
 
-    def blocks(self, ctx) -> list[tuple[str, int, float]]:
+    def blocks(self, plan) -> list[tuple[str, int, float]]:
         raise NotImplementedError
 
-    def site(self, ctx, x, scores, centre) -> dict:
+    def site(self, plan, x, scores, centre, device=None) -> list:
         raise NotImplementedError
 
-    def finish(self, ctx, sums: Mapping, n: int, k: int, centre):
+    def finish(self, plan, sums: Mapping, n: int, k: int, centre, models, errors, device=None):
         raise NotImplementedError
+
+
+class WeightedSum(SecureSum):
+    """avg = sum_i w_i D_i / sum_i w_i (``distrank score``'s avg) from each site's w_i D_i
+    (w_i = n_i for size weights, 1 for uniform), where |D| <= ``bound(plan)``."""
+
+    needs_scores = True
+
+    def __init__(self, key: str, bound: Callable[[Any], float], *, noisy: bool = False):
+        self.key, self.bound, self.noisy = key, bound, noisy
+
+    def blocks(self, plan) -> list[tuple[str, int, float]]:
+        weight = plan.max_rows if plan.weights == "size" else 1
+        return [(self.key, len(plan.models), self.bound(plan) * weight)]
+
+    def site(self, plan, x, scores, centre, device=None) -> list:
+        import numpy as np
+
+        weight = len(x) if plan.weights == "size" else 1
+        return [np.array([weight * scores[m][self.key] for m in plan.models], np.float64)]
+
+    def finish(self, plan, sums: Mapping, n: int, k: int, centre, models, errors, device=None):
+        import numpy as np
+
+        weight = n if plan.weights == "size" else k
+        bound = np.full(len(plan.models), errors[self.key] / weight)
+        return {"avg": (sums[self.key] / weight, bound)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values
+from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, SecureSum, Values
 from distrank.metrics.metric import Metric, Rows
 
 #: Bytes of model covariances FD holds at once (models are scored in chunks of this).
@@ -54,6 +54,45 @@ class FD(Family):
         }
 
 
+class Moments(SecureSum):
+    """FD_all from the pooled moments: each site adds S1 = sum_rows (x - c) and the upper
+    triangle of S2 = sum_rows (x - c)(x - c)^T, c a public centre (the mean of the
+    models' rows, against cancellation); the server's pooled N(c + S1 / n, (S2 - S1 S1^T
+    / n) / (n - 1)) is the Gaussian fit of the pooled rows. |x - c| <= 2 F bounds the
+    entries by 2 F N and 4 F^2 N; FD's bound follows the moments' errors (``fd_bound``)."""
+
+    moments = True
+
+    def blocks(self, plan) -> list[tuple[str, int, float]]:
+        f, n, d = plan.feature_bound, plan.max_rows, plan.dim
+        return [("sum", d, 2 * f * n), ("scatter", d * (d + 1) // 2, 4 * f * f * n)]
+
+    def site(self, plan, x, scores, centre, device=None) -> list:
+        import numpy as np
+
+        from distrank.metrics.fd import gaussian_stats
+
+        n, stats = len(x), gaussian_stats(x, device=device)
+        offset = stats.mean - np.asarray(centre, np.float64)
+        scatter = (n - 1) * stats.cov + n * np.outer(offset, offset)
+        return [n * offset, scatter[np.triu_indices(plan.dim)]]
+
+    def finish(self, plan, sums, n, k, centre, models, errors, device=None):
+        import numpy as np
+
+        from distrank.metrics.fd import GaussianStats, fd_bound, frechet_distances, gaussian_stats
+
+        s1, s2 = sums["sum"], np.zeros((plan.dim, plan.dim))
+        s2[np.triu_indices(plan.dim)] = sums["scatter"]
+        s2 = s2 + s2.T - np.diag(np.diag(s2))
+        cov = (s2 - np.outer(s1, s1) / n) / (n - 1)
+        pooled = GaussianStats(n, np.asarray(centre) + s1 / n, cov)
+        fitted = [gaussian_stats(models[name], device=device) for name in plan.models]
+        values = frechet_distances([pooled], fitted, device=device)[0]
+        e1, e2 = errors["sum"], errors["scatter"]
+        return {"all": (values, np.array([fd_bound(pooled, y, s1, e1, e2) for y in fitted]))}
+
+
 FD_METRIC = Metric(
     "fd",
     "FD",
@@ -63,4 +102,5 @@ FD_METRIC = Metric(
     why_not="Theorem 2 and Proposition 1: FD_avg - FD_all depends on the model's mean and "
     "covariance; FD_avg is minimised by the clients' Wasserstein barycenter, FD_all by the "
     "pooled Gaussian, so two models can swap order.",
+    secure=Moments(),
 )

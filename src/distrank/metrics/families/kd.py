@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values
+from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values, WeightedSum
 from distrank.metrics.metric import SAFE, Metric, kd_rows
 
 
@@ -142,4 +142,6 @@ KD_METRIC = Metric(
             "use the unbiased or biased estimator"
         },
     },
+    # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball
+    secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, noisy=True),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values
+from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values, WeightedSum
 from distrank.metrics.metric import EXACT, Metric, Rows
 
 
@@ -88,6 +88,7 @@ RECALL = Metric(
     consistent="exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
     "the clients)",
     breaks={"weights": {"uniform": "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"}},
+    secure=WeightedSum("recall", lambda plan: 1.0),
 )
 DENSITY = Metric(
     "density",
