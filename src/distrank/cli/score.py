@@ -21,7 +21,7 @@ from distrank.cli.common import (
     library_defaults,
     named_path,
 )
-from distrank.metrics.registry import METRIC_KEYS
+from distrank.metrics.registry import METRICS
 
 HELP = "score models against client-split reference data"
 DESCRIPTION = (
@@ -80,7 +80,7 @@ def add_metric_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--metric",
         nargs="+",
-        choices=METRIC_KEYS,
+        choices=tuple(METRICS),  # every registered metric
         default=list(d["metrics"]),
         dest="metrics",
         help="metrics to compute (default: all)",

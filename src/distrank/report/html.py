@@ -44,7 +44,7 @@ from distrank.experiments.e1_kd_consistency import e1_table
 from distrank.experiments.e6_prdc import e6_table
 from distrank.figures import e1_figure, e6_figure
 from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, PRDC, display
+from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, NOT_GUARANTEED, PRDC, display
 from distrank.metrics.table import COLUMNS, check, flipped_pairs, kendall_tau
 from distrank.metrics.table import per_metric as _per_metric
 
@@ -53,21 +53,6 @@ __all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
 #: Relative spread of the KD gap (max - min over models, over the mean gap) below
 #: which it is reported as constant: float32 products leave about 1e-7.
 GAP_RTOL = 1e-4
-
-#: Why a metric's average need not rank like its pooled value (the registry records
-#: why KD and Recall do).
-WHY_NOT = {
-    "fd": "Theorem 2 and Proposition 1: FD_avg - FD_all depends on the model's mean and "
-    "covariance; FD_avg is minimised by the clients' Wasserstein barycenter, FD_all "
-    "by the pooled Gaussian, so two models can swap order.",
-    "precision": "Precision counts generated samples inside the reference manifold, whose "
-    "k-NN radii differ between each client and the pool.",
-    "density": "Density counts generated samples in reference k-NN balls, whose radii "
-    "differ between each client and the pool.",
-    "coverage": "Coverage uses the k-NN radii of the reference rows, which differ between "
-    "each client and the pool.",
-}
-
 
 def write_report(scores: pd.DataFrame, out: str | os.PathLike, **options) -> Path:
     """Write :func:`build_report`'s page to ``out`` atomically; returns the path."""
@@ -133,13 +118,12 @@ def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFra
     ``distrank score`` (size weights, unbiased KD), and ``why`` says so.
     """
     options = dict((meta or {}).get("options") or {})
-    weights, estimator = options.get("weights"), options.get("kd_estimator")
     rows = []
     for metric, wide in _per_metric(scores).items():
         gap = (wide["avg"] - wide["all"]).to_numpy(float)
         pairs = discordant_pairs(wide["all"].to_numpy(float), wide["avg"].to_numpy(float))
         tau = kendall_tau(wide["all"], wide["avg"])[0]
-        verdict, why = _verdict(metric, weights, estimator)
+        verdict, why = _verdict(metric, options)
         rows.append(
             {
                 "metric": metric,
@@ -169,26 +153,11 @@ def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFra
     )
 
 
-def _verdict(metric: str, weights: str | None, estimator: str | None) -> tuple[str, str]:
-    reason = METRICS[metric].consistent if metric in METRICS else ""
-    assumed = "" if weights else " (options not recorded: assuming weights n_i/n)"
-    if metric == "kd":
-        if weights == "uniform":
-            return "not guaranteed", (
-                "Theorem 1 needs weights n_i/n; with uniform weights the "
-                "gap KD_avg - KD_all depends on the model"
-            )
-        if estimator == "subsets":
-            return "not guaranteed", (
-                "KID-style random subsets: Theorem 1 holds in expectation "
-                "only; use the unbiased or biased estimator"
-            )
-        return "safe", reason + assumed
-    if metric == "recall":
-        if weights == "uniform":
-            return "not guaranteed", "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"
-        return "exact", reason + assumed
-    return "not guaranteed", reason or WHY_NOT.get(metric, "no identity links avg to all")
+def _verdict(metric: str, options: Mapping) -> tuple[str, str]:
+    """The metric's own verdict (``Metric.verdict``); an unknown metric has none."""
+    if metric not in METRICS:
+        return NOT_GUARANTEED, "no identity links avg to all"
+    return METRICS[metric].verdict(options)
 
 
 # ---------------------------------------------------------------------------
