@@ -1,6 +1,6 @@
 """What a metric is (:class:`Metric`) and the vocabulary of the options it depends on.
 
-Torch-free and import-free within the package: the math modules, the options, the
+Torch-free (it imports only ``distrank._checks``): the math modules, the options, the
 families that compute the metrics and the registry all build on it. :data:`METRICS`
 holds every registered metric (``metrics.registry`` fills it with the package's own).
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from distrank._checks import TooFewRows
 
 #: KD's estimators: on the full samples (the U- and V-statistics), or KID-style subsets.
 FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
@@ -110,6 +112,21 @@ def check_metrics(metrics, known=None) -> tuple[str, ...]:
     if bad or not wanted:
         raise ValueError(f"metrics: expected a non-empty subset of {known}, got {tuple(metrics)!r}")
     return wanted
+
+
+def check_rows(sizes: Mapping[tuple[str, str], int], options) -> None:
+    """TooFewRows naming the sample unless every sample (``("client" or "model", name)``
+    -> rows) holds the rows each metric of ``options`` (a ``ScoreOptions``) needs."""
+    for key in options.metrics:
+        need = METRICS[key].needs(options)
+        for (kind, name), rows in sizes.items():
+            least = need.client if kind == "client" else need.model
+            if rows < least:
+                sample = f"clients: client {name!r}" if kind == "client" else f"models[{name!r}]"
+                raise TooFewRows(
+                    f"{sample} has {rows} row{'s' * (rows != 1)}; {need.why} needs at least {least}",
+                    subject=(kind, name),
+                )
 
 
 def kd_rows(estimator: str, subset_size: int | None = None) -> Rows:

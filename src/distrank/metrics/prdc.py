@@ -39,11 +39,10 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
-from distrank._checks import TooFewRows
 from distrank.clients import client_groups
 from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
 from distrank.metrics.metric import PRDC as METRICS
-from distrank.metrics.metric import check_metrics
+from distrank.metrics.metric import check_metrics, check_rows
 from distrank.metrics.options import ScoreOptions
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
@@ -98,10 +97,12 @@ def prdc(
     # Validate everything before any heavy computation.
     reference = as_features(reference, "reference")
     n, d = reference.shape
-    fakes = _check_models(models, d, recall_k=pr_k if "recall" in wanted else None)
+    fakes = _check_models(models, d)
     labels, groups, order = _client_groups(clients, n)
+    sizes = {("client", label): b - a for label, (a, b) in zip(labels, groups)}
+    sizes |= {("model", name): y.shape[0] for name, y in fakes.items()}
+    check_rows(sizes, ScoreOptions(metrics=wanted, pr_k=pr_k, dc_k=dc_k))
     ref_ks = _reference_ks(wanted, pr_k, dc_k, products)
-    _check_client_sizes(labels, groups, ref_ks)
 
     # Rows grouped by client, so that a client is a slice; all data centred on the
     # reference mean, which leaves distances unchanged but reduces cancellation.
@@ -126,20 +127,14 @@ def prdc(
     return result
 
 
-def _check_models(models: Mapping, d: int, *, recall_k: int | None) -> dict:
-    """The models' features, each of dimension ``d`` and, for recall (``recall_k``),
-    with more than ``recall_k`` rows."""
+def _check_models(models: Mapping, d: int) -> dict:
+    """The models' features, each of dimension ``d``."""
     fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
     for name, y in fakes.items():
         if y.shape[1] != d:
             raise ValueError(
                 f"models[{name!r}]: dimension {y.shape[1]} does not match "
                 f"the reference dimension {d}"
-            )
-        if recall_k is not None and y.shape[0] < recall_k + 1:
-            raise TooFewRows(
-                f"models[{name!r}]: {y.shape[0]} rows; recall with "
-                f"pr_k={recall_k} needs at least {recall_k + 1}"
             )
     return fakes
 
@@ -157,16 +152,6 @@ def _reference_ks(wanted, pr_k: int, dc_k: int, products) -> list[int]:
             "precision, density, coverage are wanted"
         )
     return ks
-
-
-def _check_client_sizes(labels, groups, ks) -> None:
-    for label, (start, stop) in zip(labels, groups):
-        for k in ks:
-            if stop - start < k + 1:
-                raise TooFewRows(
-                    f"clients: client {label!r} has {stop - start} rows; "
-                    f"k={k} nearest neighbours need at least {k + 1}"
-                )
 
 
 def _check_block(block_rows, itemsize: int) -> int:

@@ -24,9 +24,10 @@ import pandas as pd
 import torch
 
 from distrank._arrays import as_features, resolve_device, work_dtype
-from distrank._checks import TooFewRows, about
+from distrank._checks import about
 from distrank.clients import client_groups
 from distrank.metrics import kd as kd_
+from distrank.metrics import metric
 from distrank.metrics.families import Inputs, Run, Values
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
@@ -74,19 +75,9 @@ def kernel_of(x: torch.Tensor, options: ScoreOptions):
 
 def check_rows(groups, models: Mapping, options: ScoreOptions) -> None:
     """TooFewRows naming the sample unless every client of ``groups`` and every model
-    holds the rows each metric of ``options`` needs (``Metric.needs``)."""
+    holds the rows each metric of ``options`` needs (``metric.check_rows``)."""
     sizes = {("client", name): int(n) for name, n in zip(groups.names, groups.sizes)}
-    sizes |= {("model", name): y.shape[0] for name, y in models.items()}
-    for key in options.metrics:
-        need = METRICS[key].needs(options)
-        for (kind, name), rows in sizes.items():
-            least = need.client if kind == "client" else need.model
-            if rows < least:
-                sample = f"clients: client {name!r}" if kind == "client" else f"models[{name!r}]"
-                raise TooFewRows(
-                    f"{sample} has {rows} row{'s' * (rows != 1)}; {need.why} needs at least {least}",
-                    subject=(kind, name),
-                )
+    metric.check_rows(sizes | {("model", name): y.shape[0] for name, y in models.items()}, options)
 
 
 def score(

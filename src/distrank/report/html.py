@@ -54,6 +54,7 @@ __all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
 #: which it is reported as constant: float32 products leave about 1e-7.
 GAP_RTOL = 1e-4
 
+
 def write_report(scores: pd.DataFrame, out: str | os.PathLike, **options) -> Path:
     """Write :func:`build_report`'s page to ``out`` atomically; returns the path."""
     return atomic_write_bytes(out, build_report(scores, **options).encode("utf-8"))
