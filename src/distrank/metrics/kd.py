@@ -424,7 +424,7 @@ def kd_subsets(
 
 
 def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None = None) -> None:
-    """Raise :class:`~distrank._checks.TooFewRows` when a sample is too small for
+    """Raise ``TooFewRows`` when a sample is too small for
     ``estimator`` (``metric.kd_rows``: the one rule).
 
     ``sizes`` maps a description of each sample (e.g. "clients: client '3'") to its rows.

@@ -47,7 +47,7 @@ def prepare(
 ) -> Inputs:
     """The checked inputs of a scoring call: the reference's rows and client groups, the
     models' rows, the rows every requested metric needs in each client and model
-    (:class:`~distrank._checks.TooFewRows` names the sample), and KD's kernel with an
+    (``TooFewRows`` names the sample), and KD's kernel with an
     rbf/laplace bandwidth not given resolved by the median heuristic on the pooled
     reference (in ``options`` too). A bad input is a ``ValueError`` naming it."""
     with about("reference"):

@@ -94,7 +94,7 @@ class SecureSum:
     a site adds to the sum, their public bounds, and what the server makes of the sum.
 
     ``plan`` is the run's public plan (models, dim, weights, feature_bound F, max_rows N,
-    kernel_bound). :meth:`blocks` lists (name, length, bound on every entry's |value|)
+    kernel_bound). :meth:`blocks` lists (name, length, a bound on every entry's magnitude)
     from public settings only; :meth:`site` gives a site's entries, block by block, from
     its rows and (``needs_scores``) its client scores; :meth:`finish` gives, per
     aggregation, (values, bounds) for every model from the summed blocks, whose entries
@@ -119,7 +119,7 @@ class SecureSum:
 
 class WeightedSum(SecureSum):
     """avg = sum_i w_i D_i / sum_i w_i (``distrank score``'s avg) from each site's w_i D_i
-    (w_i = n_i for size weights, 1 for uniform), where |D| <= ``bound(plan)``."""
+    (w_i = n_i for size weights, 1 for uniform), where ``abs(D) <= bound(plan)``."""
 
     needs_scores = True
 

@@ -58,8 +58,8 @@ class Moments(SecureSum):
     """FD_all from the pooled moments: each site adds S1 = sum_rows (x - c) and the upper
     triangle of S2 = sum_rows (x - c)(x - c)^T, c a public centre (the mean of the
     models' rows, against cancellation); the server's pooled N(c + S1 / n, (S2 - S1 S1^T
-    / n) / (n - 1)) is the Gaussian fit of the pooled rows. |x - c| <= 2 F bounds the
-    entries by 2 F N and 4 F^2 N; FD's bound follows the moments' errors (``fd_bound``)."""
+    / n) / (n - 1)) is the Gaussian fit of the pooled rows. Rows within 2 F of c bound
+    the entries by 2 F N and 4 F^2 N; FD's bound follows the moments' errors (``fd_bound``)."""
 
     moments = True
 
