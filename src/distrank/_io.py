@@ -78,6 +78,25 @@ def text_digest(text: str, algorithm: str = "sha256") -> str:
     return hashlib.new(algorithm, text.encode()).hexdigest()
 
 
+def parts_digest(parts, algorithm: str = "sha256") -> str:
+    """Hex digest of byte strings fed in order (e.g. the digests of files, in order)."""
+    h = hashlib.new(algorithm)
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+def array_digest(*arrays) -> str:
+    """sha256 over numpy arrays' dtypes, shapes and bytes, in order."""
+    import numpy as np
+
+    parts = []
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        parts += [f"{a.dtype.str}{a.shape}".encode(), a.tobytes()]
+    return parts_digest(parts)
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     """Write `obj` as sorted, indented JSON, atomically."""
     with atomic_open(path, "w") as handle:

@@ -15,12 +15,13 @@ the dataset whichever copy it came from.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import struct
 from pathlib import Path
 
 import numpy as np
+
+from distrank._io import parts_digest
 
 from .download import DownloadError, fetch
 
@@ -182,7 +183,7 @@ def _load_split(directory: Path, split: str, verify: bool) -> tuple[np.ndarray, 
         path = directory / name if (directory / name).is_file() else directory / name[:-3]
         raw = _read_bytes(path)
         if verify:
-            actual = hashlib.md5(raw).hexdigest()
+            actual = parts_digest([raw], "md5")
             if actual != RAW_MD5[name]:
                 raise ValueError(
                     f"{path} is not the Fashion-MNIST release: md5 of its "

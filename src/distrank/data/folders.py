@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -45,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import positive_int
-from distrank._io import file_digest
+from distrank._io import file_digest, parts_digest
 
 from .readers import IMAGE_EXTENSIONS as _READER_EXTENSIONS
 from .readers import decode_image, image_files
@@ -80,10 +79,8 @@ class ImageFiles:
 
     def describe(self) -> dict:
         """``n``, ``input_sha256`` (of the files' sha256 digests in order), ``input_shape`` None."""
-        digest = hashlib.sha256()
-        for file in self.files:
-            digest.update(_file_digest(file))
-        return {"n": len(self.files), "input_sha256": digest.hexdigest(), "input_shape": None}
+        digest = parts_digest(_file_digest(file) for file in self.files)
+        return {"n": len(self.files), "input_sha256": digest, "input_shape": None}
 
     def batches(self, batch_size: int, workers: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(row indices, uint8 (b, H, W, 3) images of one size), covering every row once.

@@ -12,7 +12,6 @@ an input is an :class:`~distrank._checks.InputError` that names its file.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import InputError
+from distrank._io import text_digest
 
 __all__ = ["InputFeatures", "Part", "ScoringInputs", "extract_inputs", "scoring_inputs"]
 
@@ -188,7 +188,7 @@ def extract_inputs(
     if all(with_clients):
         arrays["clients"] = np.concatenate([p.clients.astype(str) for p in parts])
     inputs = [{"path": str(p.path), **{k: p.meta[k] for k in ("n", "input_sha256")}} for p in parts]
-    digest = hashlib.sha256("".join(i["input_sha256"] for i in inputs).encode()).hexdigest()
+    digest = text_digest("".join(i["input_sha256"] for i in inputs))
     meta = input_metadata(
         features.extractor,
         n=len(arrays["features"]),

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 from distrank._checks import positive_int
+from distrank._io import array_digest
 from distrank._progress import progress
 from distrank.training.federated import (
     Shard,
     average_states,
     client_seed,
-    data_digest,
     momentum_step,
     shard_weights,
     training_device,
@@ -210,7 +210,7 @@ def _checkpoints(checkpoint_dir, shards: Sequence[Shard], dev, **run) -> Checkpo
             "trainer": "train_cgan_fedavg",
             **run,
             "device": dev.type,
-            "data": [data_digest(s.images, s.labels) for s in shards],
+            "data": [array_digest(s.images, s.labels) for s in shards],
         },
     )
 

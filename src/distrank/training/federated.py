@@ -14,7 +14,6 @@ constant (Theorem 1 of Wang et al., arXiv 2310.11714).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ __all__ = [
     "average_states",
     "client_seed",
     "client_shards",
-    "data_digest",
     "momentum_step",
     "training_device",
     "training_session",
@@ -124,16 +122,6 @@ def momentum_step(
 def client_seed(seed: int, client: int) -> int:
     """A 63-bit seed for client ``client``'s random stream, from ``(seed, client)``."""
     return int(np.random.SeedSequence([seed, client]).generate_state(2, np.uint64)[0] >> 1)
-
-
-def data_digest(*arrays: np.ndarray) -> str:
-    """sha256 over the arrays' dtypes, shapes and bytes (what a checkpoint was trained on)."""
-    h = hashlib.sha256()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
 
 
 @contextlib.contextmanager

@@ -47,13 +47,13 @@ import torch
 from torch import nn
 
 from distrank._checks import positive_int
+from distrank._io import array_digest
 from distrank._progress import progress
 from distrank.clients import client_weights
 from distrank.metrics.kd import KDObjective
 from distrank.metrics.kernels import Kernel
 from distrank.training.federated import (
     average_states,
-    data_digest,
     training_device,
     training_session,
 )
@@ -252,8 +252,8 @@ def _checkpoints(checkpoint_dir, state, ref, clients, kernel, threads, dev, **ru
             "local_steps": local_steps,
             "threads": threads,
             "device": dev.type,
-            "start": data_digest(*(v.numpy() for v in state["generator"].values())),
-            "reference": data_digest(ref.cpu().numpy(), clients),
+            "start": array_digest(*(v.numpy() for v in state["generator"].values())),
+            "reference": array_digest(ref.cpu().numpy(), clients),
         },
     )
 
