@@ -7,7 +7,8 @@ script, no network, that says for the user's own models:
 
 - the ``all`` (pooled reference) and ``avg`` (:math:`\sum_i \lambda_i D(X_i, Y)`)
   value and rank of every model, per metric;
-- which metrics are safe to average across clients, and why:
+- which metrics are safe to average across clients, and why
+  (:mod:`distrank.report.verdicts`):
   KD by Theorem 1 of Wang et al. (arXiv 2310.11714),
   :math:`\mathrm{KD_{avg}} = \mathrm{KD_{all}} + \sum_i \lambda_i \mathrm{KD}(\bar P, P_i)`,
   a gap that does not depend on the model when :math:`\lambda_i = n_i / n` and the
@@ -43,30 +44,13 @@ from distrank._io import atomic_write_bytes
 from distrank.experiments.e1_kd_consistency import e1_table
 from distrank.experiments.e6_prdc import e6_table
 from distrank.figures import e1_figure, e6_figure
-from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, PRDC, display
-from distrank.metrics.table import COLUMNS, check, flipped_pairs, kendall_tau
+from distrank.metrics.ranking import rank_models
+from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
+from distrank.metrics.table import COLUMNS, check, flipped_pairs
 from distrank.metrics.table import per_metric as _per_metric
+from distrank.report.verdicts import consistency
 
-__all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
-
-#: Relative spread of the KD gap (max - min over models, over the mean gap) below
-#: which it is reported as constant: float32 products leave about 1e-7.
-GAP_RTOL = 1e-4
-
-#: Why a metric's average need not rank like its pooled value (the registry records
-#: why KD and Recall do).
-WHY_NOT = {
-    "fd": "Theorem 2 and Proposition 1: FD_avg - FD_all depends on the model's mean and "
-    "covariance; FD_avg is minimised by the clients' Wasserstein barycenter, FD_all "
-    "by the pooled Gaussian, so two models can swap order.",
-    "precision": "Precision counts generated samples inside the reference manifold, whose "
-    "k-NN radii differ between each client and the pool.",
-    "density": "Density counts generated samples in reference k-NN balls, whose radii "
-    "differ between each client and the pool.",
-    "coverage": "Coverage uses the k-NN radii of the reference rows, which differ between "
-    "each client and the pool.",
-}
+__all__ = ["build_report", "write_report"]
 
 
 def write_report(scores: pd.DataFrame, out: str | os.PathLike, **options) -> Path:
@@ -112,83 +96,6 @@ def build_report(
     if (scores["aggregation"] == "client").any():
         body.append(_clients_section(scores, name))
     return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
-
-
-# ---------------------------------------------------------------------------
-# The numbers behind the sections (pure functions of the table)
-
-
-def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFrame:
-    """Per metric: may its ``avg`` stand in for ``all``? One row per metric with both.
-
-    Columns: ``metric`` (key), ``verdict`` (``"safe"``, ``"exact"`` or ``"not
-    guaranteed"``), ``why``, ``gap_mean`` and ``gap_range`` (mean and max - min over
-    models of avg - all), ``max_absdiff`` (max ``|avg - all|``), ``rank_flips``
-    (model pairs ordered differently), ``kendall_tau`` (tau-b of avg vs all; NaN for
-    fewer than two models or ties), ``n_models``.
-
-    KD is ``"safe"`` when the weights are n_i/n and the estimator uses the full
-    samples (Theorem 1: the gap is the same for every model); Recall is ``"exact"``
-    with weights n_i/n. Unknown options (no ``meta``) are taken as the defaults of
-    ``distrank score`` (size weights, unbiased KD), and ``why`` says so.
-    """
-    options = dict((meta or {}).get("options") or {})
-    weights, estimator = options.get("weights"), options.get("kd_estimator")
-    rows = []
-    for metric, wide in _per_metric(scores).items():
-        gap = (wide["avg"] - wide["all"]).to_numpy(float)
-        pairs = discordant_pairs(wide["all"].to_numpy(float), wide["avg"].to_numpy(float))
-        tau = kendall_tau(wide["all"], wide["avg"])[0]
-        verdict, why = _verdict(metric, weights, estimator)
-        rows.append(
-            {
-                "metric": metric,
-                "verdict": verdict,
-                "why": why,
-                "gap_mean": float(gap.mean()),
-                "gap_range": float(np.ptp(gap)),
-                "max_absdiff": float(np.abs(gap).max()),
-                "rank_flips": len(pairs),
-                "kendall_tau": tau,
-                "n_models": len(wide),
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "metric",
-            "verdict",
-            "why",
-            "gap_mean",
-            "gap_range",
-            "max_absdiff",
-            "rank_flips",
-            "kendall_tau",
-            "n_models",
-        ],
-    )
-
-
-def _verdict(metric: str, weights: str | None, estimator: str | None) -> tuple[str, str]:
-    reason = METRICS[metric].consistent if metric in METRICS else ""
-    assumed = "" if weights else " (options not recorded: assuming weights n_i/n)"
-    if metric == "kd":
-        if weights == "uniform":
-            return "not guaranteed", (
-                "Theorem 1 needs weights n_i/n; with uniform weights the "
-                "gap KD_avg - KD_all depends on the model"
-            )
-        if estimator == "subsets":
-            return "not guaranteed", (
-                "KID-style random subsets: Theorem 1 holds in expectation "
-                "only; use the unbiased or biased estimator"
-            )
-        return "safe", reason + assumed
-    if metric == "recall":
-        if weights == "uniform":
-            return "not guaranteed", "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"
-        return "exact", reason + assumed
-    return "not guaranteed", reason or WHY_NOT.get(metric, "no identity links avg to all")
 
 
 # ---------------------------------------------------------------------------
@@ -271,13 +178,16 @@ def _consistency_section(scores, meta, name) -> str:
         measured = f"gap avg - all: mean {_num(r.gap_mean)}, range over models {_num(r.gap_range)}"
         if r.metric == "kd":
             kd = _e(name("kd"))
-            constant = r.gap_range <= GAP_RTOL * max(abs(r.gap_mean), np.finfo(float).tiny)
             measured = (
                 f"gap constant sum<sub>i</sub> &lambda;<sub>i</sub> {kd}(P&#772;, "
                 f"P<sub>i</sub>) = {kd}_avg - {kd}_all = <span class=gap>"
                 f"{_num(r.gap_mean)}</span> (mean over models); max - min over models "
                 f"{_num(r.gap_range)}: "
-                + ("constant up to float rounding" if constant else "<b>varies across models</b>")
+                + (
+                    "constant up to float rounding"
+                    if r.gap_constant
+                    else "<b>varies across models</b>"
+                )
             )
         elif r.metric == "recall":
             measured = f"max |avg - all| = {_num(r.max_absdiff)}"
