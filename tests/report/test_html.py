@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 from PIL import Image
-from textkit import visible_lines, visible_text, words
+from textkit import html_tables, shows_rounded, significant, visible_lines, visible_text, words
 
 from distrank.figures import metric_label
 from distrank.report.html import build_report, write_report
@@ -29,13 +29,13 @@ def test_page_is_self_contained_and_shows_every_number(scored):
     for data in images:
         with Image.open(io.BytesIO(base64.b64decode(data))) as img:
             assert img.format == "PNG" and img.size[0] > 500
-    for row in table[table.aggregation.isin(["all", "avg"])].itertuples():
-        cell = re.search(
-            rf'data-model="{row.model}" data-metric="{row.metric}" '
-            rf'data-aggregation="{row.aggregation}">([^ <]+)',
-            page,
-        )
-        assert cell and cell[1] == f"{row.value:.6g}", (row.model, row.metric)
+    shown = values_shown(page)
+    pooled = table[table.aggregation.isin(["all", "avg"]) & (table.metric != "kd_std")]
+    assert len(shown) == len(pooled)
+    for row in pooled.itertuples():
+        assert shows_rounded(shown[row.model, row.aggregation, row.metric], row.value)
+    decimals = re.findall(r"\d*\.\d+(?:e[-+]\d+)?", visible_text(page))  # all the others
+    assert len(decimals) > len(shown) and {significant(d)[1] for d in decimals} == {4}
     lines = visible_lines(page)
     assert lines[0] == "Consistency report: scores.csv"
     assert lines[lines.index("metrics") + 1] == "KID, FID, Precision, Recall, Density, Coverage"
@@ -49,6 +49,59 @@ def test_page_is_self_contained_and_shows_every_number(scored):
         )
         == page
     )  # same input, same bytes
+
+
+def values_shown(page: str) -> dict[tuple[str, str, str], str]:
+    """The number in each cell of the page's score table, by (model, aggregation, metric
+    key): the table has an all row and an avg row per model, one column per metric."""
+    head, *rows = html_tables(page)[0]
+    keys = {"KID": "kd", "FID": "fd", "KD": "kd", "FD": "fd"}
+    metrics = [keys.get(h.split()[0], h.split()[0].lower()) for h in head[2:]]
+    assert head[:2] == ["model", ""] and len(rows) % 2 == 0
+    shown = {}
+    for (model, *all_cells), avg_cells in zip(rows[::2], rows[1::2]):
+        for agg, cells in zip(("all", "avg"), (all_cells, avg_cells)):
+            assert cells[0] == agg and len(cells) == len(metrics) + 1
+            for metric, cell in zip(metrics, cells[1:]):
+                number, rank = cell.split()
+                assert re.fullmatch(r"\(\d+\)", rank), cell
+                shown[model, agg, metric] = number
+    return shown
+
+
+def measured(page: str) -> dict[str, list[str]]:
+    """The lines of the "measured on these models" cell of each metric's verdict row."""
+    head, *rows = next(t for t in html_tables(page) if t[0][0] == "metric")
+    column = head.index("measured on these models")
+    return {row[0]: row[column].split("\n") for row in rows}
+
+
+def test_a_difference_at_rounding_level_reads_as_rounding(tidy):
+    # Recall: all = 0.3, avg = 0.1 + 0.2 (one float64 rounding apart); KD: a gap of 0.2
+    # whose range over the models is rounding only; FD: a real difference of 1e-9, the
+    # same for both models.
+    table = tidy(
+        {
+            "kd": {"A": (0.1, 0.1 + 0.2), "B": (0.7, 0.7 + 0.2)},
+            "fd": {"A": (2.0, 2.0 + 1e-9), "B": (3.0, 3.0 + 1e-9)},
+            "recall": {"A": (0.3, 0.1 + 0.2), "B": (0.5, 0.5)},
+        }
+    )
+    kd_gaps = [(0.1 + 0.2) - 0.1, (0.7 + 0.2) - 0.7]
+    assert 0 < abs(kd_gaps[0] - kd_gaps[1]) < 1e-15 and 0 < (0.1 + 0.2) - 0.3 < 1e-15
+    # shown as rounding: within 2^12 ulp of values below 1, 4096 * 2^-52 < 1e-12
+    cells = measured(build_report(table, meta={"options": {"weights": "size"}}))
+    assert cells["KD"] == [
+        "gap KD_avg - KD_all: 0.2000 (mean)",
+        "max - min: < 1e-12 (float rounding), constant",
+        "0 flipped pairs",
+    ]
+    assert cells["Recall"] == ["max |avg - all|: < 1e-12 (float rounding)", "0 flipped pairs"]
+    gap, spread, flips = cells["FD"]
+    number = re.fullmatch(r"gap avg - all: (\S+) \(mean\)", gap)
+    assert number and flips == "0 flipped pairs"
+    assert shows_rounded(number[1], 1e-9)  # a real difference is a number, however small
+    assert (2.0 + 1e-9) - 2.0 == (3.0 + 1e-9) - 3.0 and spread == "max - min: 0.000"  # exact
 
 
 def named_distances(page: str) -> set[str]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from distrank.metrics.table import flipped_pairs
-from distrank.report.verdicts import consistency
+from distrank.report.verdicts import ROUNDING_ULPS, consistency, rounding_level
 
 
 def poly(a, b):
@@ -65,3 +65,13 @@ def test_flipped_pairs_follow_each_metrics_direction(tidy):
     # one discordant pair of three: tau = (concordant - discordant) / pairs = (2 - 1) / 3
     assert result.loc["fd", "kendall_tau"] == pytest.approx(1 / 3)
     assert result.loc["fd", "rank_flips"] == 1
+
+
+def test_rounding_level_is_ulps_of_the_largest_value_in_its_dtype():
+    # machine epsilon: 2^-52 in float64, 2^-23 in float32 (IEEE 754 binary64 / binary32)
+    assert rounding_level(np.array([0.5, -2.0])) == ROUNDING_ULPS * 2.0**-52 * 2.0
+    assert rounding_level(np.array([0.5, -2.0], np.float32)) == ROUNDING_ULPS * 2.0**-23 * 2.0
+    assert rounding_level(np.array([np.nan, np.inf, 1.0])) == ROUNDING_ULPS * 2.0**-52
+    assert rounding_level(np.zeros(3)) == 0.0 and rounding_level(np.array([np.nan])) == 0.0
+    # 0.1 + 0.2 - 0.3 is one float64 rounding: within the level; 1e-9 is a difference
+    assert 0 < (0.1 + 0.2) - 0.3 <= rounding_level(np.array([0.3])) < 1e-9
