@@ -57,6 +57,57 @@ def visible_text(page: str) -> str:
     return "\n".join(visible_lines(page))
 
 
+class _Tables(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables and self.tables[-1]:
+            self.cell = []
+        elif tag == "br" and self.cell is not None:
+            self.cell.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None:
+            lines = "".join(self.cell).split("\n")
+            self.tables[-1][-1].append("\n".join(" ".join(line.split()) for line in lines))
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def html_tables(page: str) -> list[list[list[str]]]:
+    """The tables of an HTML page, each a list of rows, each the visible text of its cells
+    (``th`` and ``td``; whitespace collapsed, a ``<br>`` kept as a newline), so a test
+    compares whole cells, never a number inside a longer one."""
+    parser = _Tables()
+    parser.feed(page)
+    parser.close()
+    return parser.tables
+
+
+def significant(text: str) -> tuple[float, int]:
+    """A number as a page shows it (``0.06961``, ``13.55``, ``1.000e-09``): its value and
+    how many significant digits it shows (trailing zeros count, leading ones do not; all
+    digits of a zero)."""
+    digits = re.sub(r"\D", "", text.lower().split("e")[0])
+    return float(text), len(digits.lstrip("0")) or len(digits)
+
+
+def shows_rounded(text: str, value: float, digits: int = 4) -> bool:
+    """Whether ``text`` shows ``value`` rounded to ``digits`` significant digits."""
+    number, shown = significant(text)
+    return shown == digits and f"{number:.{digits - 1}e}" == f"{value:.{digits - 1}e}"
+
+
 def words(text: str) -> list[str]:
     """The words of a text (letters, digits, ``_``, ``-`` and ``.`` inside a word)."""
     return re.findall(r"[\w][\w.\-]*[\w]|[\w]", text)

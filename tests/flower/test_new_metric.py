@@ -33,7 +33,7 @@ from distrank.metrics.options import ScoreOptions
 from distrank.metrics.reaggregate import score_partitions
 from distrank.metrics.registry import SAFE, Metric, Rows, register, unregister
 from distrank.metrics.table import meta_path
-from distrank.report.html import consistency
+from distrank.report.verdicts import consistency
 
 KEY = "meangap"
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from textkit import shows_rounded
 
 websockets = pytest.importorskip("websockets.sync.client")
 
@@ -221,11 +222,11 @@ def test_distrank_report_page_renders_every_figure_and_number(browser, shots, tm
         td.innerText.split(' ')[0]]))""")
     pooled = table[table.aggregation.isin(["all", "avg"])]
     assert len(shown) == len(pooled)
-    for row in pooled.itertuples():
-        assert shown[f"{row.model}|{row.metric}|{row.aggregation}"] == f"{row.value:.6g}"
+    for row in pooled.itertuples():  # four significant digits; the CSV keeps them all
+        assert shows_rounded(shown[f"{row.model}|{row.metric}|{row.aggregation}"], row.value)
     wide = pooled.pivot_table(index="model", columns=["metric", "aggregation"], values="value")
     gap = float((wide["kd"]["avg"] - wide["kd"]["all"]).mean())
-    assert browser.eval("document.querySelector('.gap').innerText") == f"{gap:.6g}"
+    assert shows_rounded(browser.eval("document.querySelector('.gap').innerText"), gap)
     verdicts = browser.eval("""Object.fromEntries(Array.from(document.querySelectorAll(
         '.consistency tr[data-metric]')).map(tr => [tr.dataset.metric,
         [tr.querySelector('.verdict').innerText, tr.querySelector('.tau').innerText]]))""")
@@ -236,12 +237,24 @@ def test_distrank_report_page_renders_every_figure_and_number(browser, shots, tm
     assert_local(browser)
     browser.send(
         "Emulation.setDeviceMetricsOverride",
-        width=1280,
+        width=1200,
         height=900,
         deviceScaleFactor=1,
         mobile=False,
     )
+    assert browser.eval("window.innerWidth") == 1200
+    tables = browser.eval(TABLE_WIDTHS)
+    assert len(tables) == 2 + 6  # scores, verdicts, one per metric of the clients
+    for table in tables:  # no table, nor its box, needs a horizontal scroll bar
+        assert table["width"] <= table["box"] and table["content"] <= table["box"], table
+    assert browser.eval("document.documentElement.scrollWidth <= window.innerWidth")
     browser.screenshot(shots / "distrank_report.png")
+
+
+#: Each table's width, and its container's visible and full (scrolled) width, in px.
+TABLE_WIDTHS = """Array.from(document.querySelectorAll('table')).map(t => ({
+    table: t.className || t.dataset.metric, width: t.scrollWidth,
+    box: t.parentElement.clientWidth, content: t.parentElement.scrollWidth}))"""
 
 
 SNAKEFILE = """\

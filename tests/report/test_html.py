@@ -6,106 +6,12 @@ import base64
 import io
 import re
 
-import numpy as np
 import pandas as pd
-import pytest
 from PIL import Image
-from textkit import visible_lines, visible_text, words
+from textkit import html_tables, shows_rounded, significant, visible_lines, visible_text, words
 
 from distrank.figures import metric_label
-from distrank.report.html import build_report, consistency, flipped_pairs, write_report
-
-RNG = np.random.default_rng(11)
-
-
-def poly(a, b):
-    """KID's kernel, (a.b / d + 1)^3, in float64 (the scorer's default kernel)."""
-    return (a @ b.T / a.shape[1] + 1.0) ** 3
-
-
-@pytest.fixture(scope="module")
-def scored():
-    """Scores of four models on three heterogeneous clients, by the package's scorer."""
-    torch = pytest.importorskip("torch")
-    torch.set_num_threads(1)
-    from distrank.metrics import score
-
-    clients = np.repeat(["a", "b", "c"], [30, 45, 25])
-    x = RNG.normal(size=(100, 3)) + (clients == "b")[:, None] * 1.5 - (clients == "c")[:, None]
-    models = {
-        "wide": RNG.normal(0, 1.6, (40, 3)),
-        "narrow": RNG.normal(0, 0.4, (40, 3)),
-        "shifted": RNG.normal(0.8, 1.0, (40, 3)),
-        "close": RNG.normal(0.1, 1.1, (40, 3)),
-    }
-    tables = {
-        w: score(x, clients, models, kd_estimator="biased", weights=w, dtype="float64")
-        for w in ("size", "uniform")
-    }
-    return x, clients, tables
-
-
-def test_kd_gap_is_theorem_1s_constant_and_recall_is_exact(scored):
-    x, clients, tables = scored
-    result = consistency(tables["size"], {"options": {"weights": "size", "kd_estimator": "biased"}})
-    kd, recall = (result.set_index("metric").loc[m] for m in ("kd", "recall"))
-    # Theorem 1 (V-statistic, lambda_i = n_i/n): KD_avg - KD_all = sum_i lambda_i KD(P_bar, P_i)
-    # = sum_i lambda_i mean k(X_i, X_i) - mean k(X, X), whatever the model.
-    lam = {c: np.mean(clients == c) for c in np.unique(clients)}
-    offset = (
-        sum(lam[c] * poly(x[clients == c], x[clients == c]).mean() for c in lam) - poly(x, x).mean()
-    )
-    assert kd.verdict == "safe" and kd.gap_mean == pytest.approx(offset, rel=1e-10)
-    assert kd.gap_range < 1e-10 * offset and kd.rank_flips == 0 and kd.kendall_tau == 1.0
-    assert recall.verdict == "exact" and recall.max_absdiff < 1e-12
-    assert kd.why.startswith("Theorem 1: KD_avg = KD_all + ")
-    assert recall.why.startswith("exact: Recall_all = sum_i (n_i / n) Recall_i")
-    assert set(result.loc[~result.metric.isin(["kd", "recall"]), "verdict"]) == {"not guaranteed"}
-
-
-def test_uniform_weights_and_subsets_are_not_safe_for_kd(scored):
-    _, _, tables = scored
-    uniform = consistency(tables["uniform"], {"options": {"weights": "uniform"}})
-    kd = uniform.set_index("metric").loc["kd"]
-    assert kd.verdict == "not guaranteed"
-    assert kd.why.startswith("Theorem 1 needs weights n_i/n; with uniform weights ")
-    assert kd.gap_range > 1e-3 * abs(kd.gap_mean)  # the gap now depends on the model
-    subsets = consistency(
-        tables["size"], {"options": {"weights": "size", "kd_estimator": "subsets"}}
-    )
-    assert subsets.set_index("metric").loc["kd", "verdict"] == "not guaranteed"
-    unknown = consistency(tables["size"]).set_index("metric").loc["kd"]
-    assert unknown.verdict == "safe"
-    assert unknown.why.endswith(" (options not recorded: assuming weights n_i/n)")
-
-
-def tidy(values: dict[str, dict[str, tuple[float, float]]]) -> pd.DataFrame:
-    """{metric: {model: (all, avg)}} -> a tidy table."""
-    rows = [
-        (model, metric, agg, "", v)
-        for metric, by_model in values.items()
-        for model, pair in by_model.items()
-        for agg, v in zip(("all", "avg"), pair)
-    ]
-    return pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value"])
-
-
-def test_flipped_pairs_follow_each_metrics_direction():
-    table = tidy(
-        {
-            "fd": {"A": (1.0, 2.5), "B": (2.0, 2.0), "C": (3.0, 3.5)},
-            "precision": {"A": (0.9, 0.5), "B": (0.8, 0.6), "C": (0.1, 0.2)},
-        }
-    )
-    fd = flipped_pairs(table, "fd")  # lower is better: A beats B by all, B beats A by avg
-    assert fd[["model_a", "model_b"]].values.tolist() == [["A", "B"]]
-    assert fd.iloc[0][["a_all", "b_all", "a_avg", "b_avg"]].tolist() == [1.0, 2.0, 2.5, 2.0]
-    precision = flipped_pairs(table, "precision")  # higher is better
-    assert precision[["model_a", "model_b"]].values.tolist() == [["A", "B"]]
-    result = consistency(table).set_index("metric")
-    # one discordant pair of three: tau = (concordant - discordant) / pairs = (2 - 1) / 3
-    assert result.loc["fd", "kendall_tau"] == pytest.approx(1 / 3)
-    assert result.loc["fd", "rank_flips"] == 1
+from distrank.report.html import build_report, write_report
 
 
 def test_page_is_self_contained_and_shows_every_number(scored):
@@ -123,13 +29,13 @@ def test_page_is_self_contained_and_shows_every_number(scored):
     for data in images:
         with Image.open(io.BytesIO(base64.b64decode(data))) as img:
             assert img.format == "PNG" and img.size[0] > 500
-    for row in table[table.aggregation.isin(["all", "avg"])].itertuples():
-        cell = re.search(
-            rf'data-model="{row.model}" data-metric="{row.metric}" '
-            rf'data-aggregation="{row.aggregation}">([^ <]+)',
-            page,
-        )
-        assert cell and cell[1] == f"{row.value:.6g}", (row.model, row.metric)
+    shown = values_shown(page)
+    pooled = table[table.aggregation.isin(["all", "avg"])]
+    assert len(shown) == len(pooled)
+    for row in pooled.itertuples():
+        assert shows_rounded(shown[row.model, row.aggregation, row.metric], row.value)
+    decimals = re.findall(r"\d*\.\d+(?:e[-+]\d+)?", visible_text(page))  # all the others
+    assert len(decimals) > len(shown) and {significant(d)[1] for d in decimals} == {4}
     lines = visible_lines(page)
     assert lines[0] == "Consistency report: scores.csv"
     assert lines[lines.index("metrics") + 1] == "KID, FID, Precision, Recall, Density, Coverage"
@@ -143,6 +49,59 @@ def test_page_is_self_contained_and_shows_every_number(scored):
         )
         == page
     )  # same input, same bytes
+
+
+def values_shown(page: str) -> dict[tuple[str, str, str], str]:
+    """The number in each cell of the page's score table, by (model, aggregation, metric
+    key): the table has an all row and an avg row per model, one column per metric."""
+    head, *rows = html_tables(page)[0]
+    keys = {"KID": "kd", "FID": "fd", "KD": "kd", "FD": "fd"}
+    metrics = [keys.get(h.split()[0], h.split()[0].lower()) for h in head[2:]]
+    assert head[:2] == ["model", ""] and len(rows) % 2 == 0
+    shown = {}
+    for (model, *all_cells), avg_cells in zip(rows[::2], rows[1::2]):
+        for agg, cells in zip(("all", "avg"), (all_cells, avg_cells)):
+            assert cells[0] == agg and len(cells) == len(metrics) + 1
+            for metric, cell in zip(metrics, cells[1:]):
+                number, rank = cell.split()
+                assert re.fullmatch(r"\(\d+\)", rank), cell
+                shown[model, agg, metric] = number
+    return shown
+
+
+def measured(page: str) -> dict[str, list[str]]:
+    """The lines of the "measured on these models" cell of each metric's verdict row."""
+    head, *rows = next(t for t in html_tables(page) if t[0][0] == "metric")
+    column = head.index("measured on these models")
+    return {row[0]: row[column].split("\n") for row in rows}
+
+
+def test_a_difference_at_rounding_level_reads_as_rounding(tidy):
+    # Recall: all = 0.3, avg = 0.1 + 0.2 (one float64 rounding apart); KD: a gap of 0.2
+    # whose range over the models is rounding only; FD: a real difference of 1e-9, the
+    # same for both models.
+    table = tidy(
+        {
+            "kd": {"A": (0.1, 0.1 + 0.2), "B": (0.7, 0.7 + 0.2)},
+            "fd": {"A": (2.0, 2.0 + 1e-9), "B": (3.0, 3.0 + 1e-9)},
+            "recall": {"A": (0.3, 0.1 + 0.2), "B": (0.5, 0.5)},
+        }
+    )
+    kd_gaps = [(0.1 + 0.2) - 0.1, (0.7 + 0.2) - 0.7]
+    assert 0 < abs(kd_gaps[0] - kd_gaps[1]) < 1e-15 and 0 < (0.1 + 0.2) - 0.3 < 1e-15
+    # shown as rounding: within 2^12 ulp of values below 1, 4096 * 2^-52 < 1e-12
+    cells = measured(build_report(table, meta={"options": {"weights": "size"}}))
+    assert cells["KD"] == [
+        "gap KD_avg - KD_all: 0.2000 (mean)",
+        "max - min: < 1e-12 (float rounding), constant",
+        "0 flipped pairs",
+    ]
+    assert cells["Recall"] == ["max |avg - all|: < 1e-12 (float rounding)", "0 flipped pairs"]
+    gap, spread, flips = cells["FD"]
+    number = re.fullmatch(r"gap avg - all: (\S+) \(mean\)", gap)
+    assert number and flips == "0 flipped pairs"
+    assert shows_rounded(number[1], 1e-9)  # a real difference is a number, however small
+    assert (2.0 + 1e-9) - 2.0 == (3.0 + 1e-9) - 3.0 and spread == "max - min: 0.000"  # exact
 
 
 def named_distances(page: str) -> set[str]:
@@ -163,7 +122,7 @@ def test_text_names_fd_and_kd_as_the_figures_do(scored):
         assert flips[1].startswith(f"{fd}: ")
 
 
-def test_names_are_escaped_and_write_is_atomic(tmp_path):
+def test_names_are_escaped_and_write_is_atomic(tmp_path, tidy):
     table = tidy({"kd": {"<b>x</b>&": (1.0, 1.5), "y": (2.0, 2.5)}})
     path = write_report(table, tmp_path / "out" / "page.html")
     page = path.read_text()

@@ -1,2 +1,3 @@
-"""The consistency page of ``distrank report`` (:mod:`distrank.report.html`): a tidy
-score table in, one self-contained HTML file out."""
+"""The consistency page of ``distrank report`` (:mod:`distrank.report.html`, its verdicts
+from :mod:`distrank.report.verdicts`): a tidy score table in, one self-contained HTML file
+out."""

@@ -7,7 +7,8 @@ script, no network, that says for the user's own models:
 
 - the ``all`` (pooled reference) and ``avg`` (:math:`\sum_i \lambda_i D(X_i, Y)`)
   value and rank of every model, per metric;
-- which metrics are safe to average across clients, and why:
+- which metrics are safe to average across clients, and why
+  (:mod:`distrank.report.verdicts`):
   KD by Theorem 1 of Wang et al. (arXiv 2310.11714),
   :math:`\mathrm{KD_{avg}} = \mathrm{KD_{all}} + \sum_i \lambda_i \mathrm{KD}(\bar P, P_i)`,
   a gap that does not depend on the model when :math:`\lambda_i = n_i / n` and the
@@ -19,6 +20,9 @@ script, no network, that says for the user's own models:
 - the E1 and E6 figures of the pipeline, drawn for these models;
 - for a table with client rows only (a federation that never pooled data), what
   the clients' scores do and do not tell about the centralized ranking.
+
+Numbers are shown to four significant digits (the table keeps every digit), and a
+difference within float rounding of the scores it is taken from as such.
 
 Options the table was computed with (client weights, KD estimator, client sizes,
 extractor) come from the metadata ``distrank score`` writes beside it; without
@@ -43,16 +47,13 @@ from distrank._io import atomic_write_bytes
 from distrank.experiments.e1_kd_consistency import e1_table
 from distrank.experiments.e6_prdc import e6_table
 from distrank.figures import e1_figure, e6_figure
-from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, NOT_GUARANTEED, PRDC, display
-from distrank.metrics.table import COLUMNS, check, flipped_pairs, kendall_tau
+from distrank.metrics.ranking import rank_models
+from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
+from distrank.metrics.table import COLUMNS, check, flipped_pairs
 from distrank.metrics.table import per_metric as _per_metric
+from distrank.report.verdicts import consistency
 
-__all__ = ["build_report", "consistency", "flipped_pairs", "write_report"]
-
-#: Relative spread of the KD gap (max - min over models, over the mean gap) below
-#: which it is reported as constant: float32 products leave about 1e-7.
-GAP_RTOL = 1e-4
+__all__ = ["build_report", "write_report"]
 
 
 def write_report(scores: pd.DataFrame, out: str | os.PathLike, **options) -> Path:
@@ -101,67 +102,6 @@ def build_report(
 
 
 # ---------------------------------------------------------------------------
-# The numbers behind the sections (pure functions of the table)
-
-
-def consistency(scores: pd.DataFrame, meta: Mapping | None = None) -> pd.DataFrame:
-    """Per metric: may its ``avg`` stand in for ``all``? One row per metric with both.
-
-    Columns: ``metric`` (key), ``verdict`` (``"safe"``, ``"exact"`` or ``"not
-    guaranteed"``), ``why``, ``gap_mean`` and ``gap_range`` (mean and max - min over
-    models of avg - all), ``max_absdiff`` (max ``|avg - all|``), ``rank_flips``
-    (model pairs ordered differently), ``kendall_tau`` (tau-b of avg vs all; NaN for
-    fewer than two models or ties), ``n_models``.
-
-    KD is ``"safe"`` when the weights are n_i/n and the estimator uses the full
-    samples (Theorem 1: the gap is the same for every model); Recall is ``"exact"``
-    with weights n_i/n. Unknown options (no ``meta``) are taken as the defaults of
-    ``distrank score`` (size weights, unbiased KD), and ``why`` says so.
-    """
-    options = dict((meta or {}).get("options") or {})
-    rows = []
-    for metric, wide in _per_metric(scores).items():
-        gap = (wide["avg"] - wide["all"]).to_numpy(float)
-        pairs = discordant_pairs(wide["all"].to_numpy(float), wide["avg"].to_numpy(float))
-        tau = kendall_tau(wide["all"], wide["avg"])[0]
-        verdict, why = _verdict(metric, options)
-        rows.append(
-            {
-                "metric": metric,
-                "verdict": verdict,
-                "why": why,
-                "gap_mean": float(gap.mean()),
-                "gap_range": float(np.ptp(gap)),
-                "max_absdiff": float(np.abs(gap).max()),
-                "rank_flips": len(pairs),
-                "kendall_tau": tau,
-                "n_models": len(wide),
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "metric",
-            "verdict",
-            "why",
-            "gap_mean",
-            "gap_range",
-            "max_absdiff",
-            "rank_flips",
-            "kendall_tau",
-            "n_models",
-        ],
-    )
-
-
-def _verdict(metric: str, options: Mapping) -> tuple[str, str]:
-    """The metric's own verdict (``Metric.verdict``); an unknown metric has none."""
-    if metric not in METRICS:
-        return NOT_GUARANTEED, "no identity links avg to all"
-    return METRICS[metric].verdict(options)
-
-
-# ---------------------------------------------------------------------------
 # Sections
 
 
@@ -190,13 +130,7 @@ def _header(title, scores, meta, extractor, source, name) -> str:
 def _values_section(scores, name) -> str:
     per_metric = _per_metric(scores)
     arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
-    head = (
-        ["<tr><th rowspan=2>model</th>"]
-        + [f"<th colspan=2>{_e(name(m))} {arrows[m]}</th>" for m in per_metric]
-        + ["</tr><tr>"]
-        + ["<th>all</th><th>avg</th>"] * len(per_metric)
-    )
-    models = sorted(set().union(*(w.index for w in per_metric.values())))
+    head = "".join(f"<th class=num>{_e(name(m))} {arrows[m]}</th>" for m in per_metric)
     ranks = {
         (m, agg): dict(
             zip(w.index, rank_models(w[agg], higher_is_better=HIGHER_IS_BETTER.get(m, False)))
@@ -205,23 +139,23 @@ def _values_section(scores, name) -> str:
         for agg in ("all", "avg")
     }
     rows = []
-    for model in models:
-        cells = [f"<td>{_e(model)}</td>"]
-        for metric, wide in per_metric.items():
-            for agg in ("all", "avg"):
+    for model in sorted(set().union(*(w.index for w in per_metric.values()))):
+        for agg in ("all", "avg"):  # stacked, so the table is as wide as the metrics
+            cells = [f"<td rowspan=2>{_e(model)}</td>"] if agg == "all" else []
+            cells.append(f"<td class=agg>{agg}</td>")
+            for metric, wide in per_metric.items():
                 if model not in wide.index:  # this metric was not computed for this model
                     cells.append("<td class=num>n/a</td>")
                     continue
-                value, rank = wide.at[model, agg], ranks[(metric, agg)][model]
                 cells.append(
                     f'<td class=num data-model="{_e(model)}" data-metric="{_e(metric)}" '
-                    f'data-aggregation="{agg}">{_num(value)} <span class=rank>'
-                    f"({rank})</span></td>"
+                    f'data-aggregation="{agg}">{_num(wide.at[model, agg])} <span class=rank>'
+                    f"({ranks[(metric, agg)][model]})</span></td>"
                 )
-        rows.append(f"<tr>{''.join(cells)}</tr>")
+            rows.append(f'<tr class="{agg}">{"".join(cells)}</tr>')
     body = (
-        f'<div class=wide><table class="values"><thead>{"".join(head)}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div>"
+        f'<table class="values"><thead><tr><th>model</th><th></th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
     )
     return _section(
         "values",
@@ -230,33 +164,20 @@ def _values_section(scores, name) -> str:
         "<p><b>all</b>: each model against the pooled reference (centralized). "
         "<b>avg</b>: the clients' scores averaged with their weights. In "
         "parentheses: the model's rank, 1 = best; &darr; lower is better, "
-        "&uarr; higher is better.</p>",
+        "&uarr; higher is better. Four significant digits; the score table keeps "
+        "every digit.</p>",
     )
 
 
 def _consistency_section(scores, meta, name) -> str:
-    table = consistency(scores, meta)
     rows = []
-    for r in table.itertuples():
-        measured = f"gap avg - all: mean {_num(r.gap_mean)}, range over models {_num(r.gap_range)}"
-        if r.metric == "kd":
-            kd = _e(name("kd"))
-            constant = r.gap_range <= GAP_RTOL * max(abs(r.gap_mean), np.finfo(float).tiny)
-            measured = (
-                f"gap constant sum<sub>i</sub> &lambda;<sub>i</sub> {kd}(P&#772;, "
-                f"P<sub>i</sub>) = {kd}_avg - {kd}_all = <span class=gap>"
-                f"{_num(r.gap_mean)}</span> (mean over models); max - min over models "
-                f"{_num(r.gap_range)}: "
-                + ("constant up to float rounding" if constant else "<b>varies across models</b>")
-            )
-        elif r.metric == "recall":
-            measured = f"max |avg - all| = {_num(r.max_absdiff)}"
-        measured += f"; {r.rank_flips} flipped pair{'s' * (r.rank_flips != 1)}"
+    for r in consistency(scores, meta).itertuples():
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
+        measured = "<br>".join(_measured(r, name))
         rows.append(
             f'<tr data-metric="{_e(r.metric)}"><td>{_e(name(r.metric))}</td>'
             f'<td class="{verdict_class} verdict">{_e(r.verdict)}</td>'
-            f"<td>{_e(_named(r.why, name))}</td><td>{measured}</td>"
+            f"<td>{_e(_named(r.why, name))}</td><td class=measured>{measured}</td>"
             f'<td class="num tau">{_tau(r.kendall_tau)}</td></tr>'
         )
     body = (
@@ -270,8 +191,26 @@ def _consistency_section(scores, meta, name) -> str:
         body,
         "<p>A metric is safe to average when ranking by avg is ranking by all, for "
         "every set of models, by a theorem rather than by luck. Kendall tau is 1 "
-        "when both rankings agree on every pair.</p>",
+        "when both rankings agree on every pair. A difference within float rounding of "
+        "the scores it is taken from is shown as such.</p>",
     )
+
+
+def _measured(r, name) -> list[str]:
+    """The lines of a :func:`consistency` row's "measured on these models" cell."""
+    gap = partial(_difference, rounding=r.rounding)
+    flips = f"{r.rank_flips} flipped pair{'s' * (r.rank_flips != 1)}"
+    if r.metric == "kd":
+        kd = _e(name("kd"))
+        constant = "constant" if r.gap_constant else "<b>varies across models</b>"
+        return [
+            f"gap {kd}_avg - {kd}_all: <span class=gap>{gap(r.gap_mean)}</span> (mean)",
+            f"max - min: {gap(r.gap_range)}, {constant}",
+            flips,
+        ]
+    if r.metric == "recall":
+        return [f"max |avg - all|: {gap(r.max_absdiff)}", flips]
+    return [f"gap avg - all: {gap(r.gap_mean)} (mean)", f"max - min: {gap(r.gap_range)}", flips]
 
 
 def _flips_section(scores, name) -> str:
@@ -489,7 +428,7 @@ def _figure(fig, key: str, caption: str) -> str:
     )
 
 
-def _table(df: pd.DataFrame, *, metric: str | None = None, css: str = "") -> str:
+def _table(df: pd.DataFrame, *, metric: str | None = None) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
     body = []
     for row in df.itertuples(index=False):
@@ -504,9 +443,9 @@ def _table(df: pd.DataFrame, *, metric: str | None = None, css: str = "") -> str
             )
         body.append(f"<tr>{''.join(cells)}</tr>")
     attr = f' data-metric="{_e(metric)}"' if metric else ""
-    return (
-        f'<table class="{css}"{attr}><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+    return (  # in its own scroll box: a table of many clients scrolls, not the page
+        f"<div class=wide><table{attr}><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
@@ -520,14 +459,24 @@ def _named(text: str, name) -> str:
 
 
 def _num(value) -> str:
+    """An integer as it is; a float to four significant digits (zeros kept)."""
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     value = float(value)
-    return "n/a" if np.isnan(value) else f"{value:.6g}"
+    return "n/a" if np.isnan(value) else f"{value + 0.0:#.4g}"  # + 0.0: no "-0.000"
+
+
+def _difference(value: float, rounding: float) -> str:
+    """:func:`_num` of a difference, or ``< 1e-12 (float rounding)`` where it is nonzero
+    but within ``rounding`` (:func:`distrank.report.verdicts.rounding_level`), bounded by
+    the power of ten above."""
+    if value and abs(value) <= rounding:
+        return f"&lt; {10.0 ** np.ceil(np.log10(rounding)):.0e} (float rounding)"
+    return _num(value)
 
 
 def _tau(value: float) -> str:
-    return "n/a" if np.isnan(value) else f"{value:+.3f}"
+    return "n/a" if np.isnan(value) else f"{value:+#.4g}"
 
 
 def _e(value) -> str:
@@ -544,9 +493,12 @@ table { border-collapse: collapse; margin: .5em 0 1.2em; }
 th, td { border-bottom: 1px solid #ddd; padding: .25em .7em; text-align: left;
          vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th.num { text-align: right; }
 .wide { overflow-x: auto; }
 .ok { color: #126b12; font-weight: 600; } .warn { color: #a44a00; font-weight: 600; }
 .rank { color: #666; font-size: .8em; }
+.values td.agg { color: #666; } .values tr.all td.agg, .values tr.all td.num { border-bottom: 0; }
+td.measured { white-space: nowrap; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #444; font-size: .9em; }
 """
