@@ -52,3 +52,21 @@ def test_no_function_is_over_80_lines():
                 if lines > 80:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines})")
     assert not long, long
+
+
+def test_scripts_only_wire_files_to_functions():
+    """A Snakemake entry point is at most 20 lines and defines nothing: its logic lives in
+    the package, where it is tested."""
+    import ast
+
+    bad = []
+    for path in sorted((REPO / "scripts").glob("*.py")):
+        text = path.read_text()
+        defined = [
+            node.name
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        ]
+        if len(text.splitlines()) > 20 or defined:
+            bad.append(f"{path.name}: {len(text.splitlines())} lines, defines {defined}")
+    assert not bad, bad

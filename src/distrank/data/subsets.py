@@ -39,3 +39,24 @@ def draw_subset(labels, n_images: int, spec, *, seed: int, where: str) -> np.nda
         raise ValueError(f"{where}.n is {spec['n']}, but {where}.source has only {n_images} images")
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n_images, spec["n"], replace=False))
+
+
+def save_real_subset(out, spec, *, paths=None, seed: int, where: str, workers: int = 1) -> None:
+    """The reference pool or the held-out real images: the seeded subset of
+    ``spec["source"]`` that ``spec`` asks for (:func:`draw_subset`), saved with its
+    labels, source and rows (``data.images.save_images``)."""
+    from distrank.data.images import save_images
+    from distrank.data.sources import load_source
+
+    image_set = load_source(spec["source"], paths=paths, workers=workers)
+    images, labels = image_set
+    rows = draw_subset(labels, len(images), spec, seed=seed, where=where)
+    names = image_set.label_names
+    save_images(
+        out,
+        images[rows],
+        None if labels is None else labels[rows],
+        source=dict(spec["source"]),
+        rows=rows.tolist(),
+        label_names=None if names is None else list(names),
+    )

@@ -96,15 +96,14 @@ def write_models(
     clients' classes when both are known; G2 is :func:`construct_g2` from the pooled
     client features."""
     from distrank._io import atomic_path
-    from distrank.features.cache import load_features
+    from distrank.features.cache import load_features, load_labelled
 
     parts = [load_features(p) for p in client_paths]
     reference = np.concatenate(parts)
     clients = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
-    with np.load(base_path, allow_pickle=False) as base:
-        g1 = base["features"]
-        if classes is not None and "labels" in base.files:
-            g1 = g1[np.isin(base["labels"], classes)]
+    g1, labels = load_labelled(base_path)
+    if classes is not None and labels is not None:
+        g1 = g1[np.isin(labels, classes)]
     g2 = construct_g2(reference, clients, g1, random_state=seed)
     for path, feats in ((g1_path, g1), (g2_path, g2)):
         with atomic_path(path) as tmp:

@@ -318,14 +318,13 @@ _STYLES = [
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
-    from distrank.features.cache import load_features
+    from distrank.features.cache import load_features, load_labelled
     from distrank.metrics.options import score_options
     from distrank.metrics.reaggregate import score_partitions
 
-    with np.load(inputs["reference"], allow_pickle=False) as ref:
-        if "labels" not in ref.files:
-            raise ValueError(f"{inputs['reference']}: E8 needs the reference's class labels")
-        reference, labels = ref["features"], ref["labels"]
+    reference, labels = load_labelled(inputs["reference"])
+    if labels is None:
+        raise ValueError(f"{inputs['reference']}: E8 needs the reference's class labels")
     if settings.get("pool_per_class") is not None:  # a seeded pool, per_class rows a class
         from distrank.data.subsets import per_class_subset
 

@@ -209,10 +209,13 @@ def write_features(out_npz: Path, arrays: dict[str, np.ndarray], meta: dict) -> 
         handle.write(text)
 
 
-def read_array(path: str | os.PathLike, key: str = "features") -> np.ndarray:
+_REQUIRED = object()
+
+
+def read_array(path: str | os.PathLike, key: str = "features", default=_REQUIRED) -> np.ndarray:
     """The array ``key`` of an npz file, never unpickled; a missing or unreadable file,
-    a single array, a missing key or an object array raise
-    :class:`~distrank._checks.InputError` naming the file and the key."""
+    a single array, a missing key (unless a ``default`` is given) or an object array
+    raise :class:`~distrank._checks.InputError` naming the file and the key."""
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -223,6 +226,8 @@ def read_array(path: str | os.PathLike, key: str = "features") -> np.ndarray:
         raise InputError("expected an npz archive, got a single array", path=path)
     with archive:
         if key not in archive.files:
+            if default is not _REQUIRED:
+                return default
             raise InputError(f"no {key!r} array (has {sorted(archive.files)})", path=path, key=key)
         try:
             return archive[key]
@@ -255,6 +260,12 @@ def load_features(
             key=key,
         )
     return x
+
+
+def load_labelled(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]:
+    """The features of a reference file (:func:`load_features`) and its class labels
+    (``labels``; None where the file has none, as FFHQ's)."""
+    return load_features(path), read_array(path, "labels", default=None)
 
 
 def read_meta(path: str | os.PathLike) -> dict:

@@ -31,6 +31,14 @@ def load_bundle(path) -> dict[str, dict]:
     return load_state(path)["checkpoints"]
 
 
+def load_checkpoints(inputs: Mapping, models: list[str]) -> dict[str, dict]:
+    """The checkpoints a job scores: a ``bundle`` (:func:`save_bundle`) or one zoo
+    ``state``, named after ``models[0]``."""
+    if "bundle" in inputs:
+        return load_bundle(inputs["bundle"])
+    return {models[0]: load_state(inputs["state"])}
+
+
 def checkpoint_features(
     checkpoints: Mapping[str, dict],
     features: Mapping[str, str],

@@ -62,6 +62,14 @@ def sample(state: dict, n: int, *, seed: int, **knobs):
     return getattr(_module(family), f"sample_{family}")(state, n, seed=seed, **knobs)
 
 
+def write_images(out, spec: dict, n: int, *, name: str = "model", **options) -> None:
+    """:func:`make_images` of one model, saved to ``out`` with its name and spec."""
+    from distrank.data.images import save_images
+
+    images, labels = make_images(spec, n, name=name, **options)
+    save_images(out, images, labels, model=name, spec=dict(spec))
+
+
 def make_images(
     spec: dict,
     n: int,

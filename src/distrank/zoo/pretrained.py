@@ -63,6 +63,34 @@ def provenance(
     }
 
 
+def job_provenance(
+    state_file,
+    images_file,
+    benchmark_file,
+    *,
+    settings: dict,
+    seed: int,
+    threads: int,
+    images: dict,
+) -> dict:
+    """:func:`provenance` of a training job: its state, the count of its training images
+    (``images_file``) and its wall time (the last ``s`` of its Snakemake benchmark file)."""
+    import pandas as pd
+
+    from distrank.data.images import load_images
+    from distrank.zoo import load_state
+
+    return provenance(
+        state_file,
+        load_state(state_file),
+        settings=settings,
+        seed=seed,
+        threads=threads,
+        images={**images, "count": len(load_images(images_file)[0])},
+        wall_s=float(pd.read_csv(benchmark_file, sep="\t")["s"].iloc[-1]),
+    )
+
+
 def _commit() -> str | None:
     """HEAD of the git checkout holding this code, with ``-dirty`` when it has changes
     to tracked files; None outside a checkout."""
