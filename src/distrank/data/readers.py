@@ -30,6 +30,7 @@ __all__ = [
     "UnsafePickleError",
     "cifar10_label_names",
     "decode_image",
+    "stack_images",
     "image_files",
     "read_adm_npz",
     "read_cifar10_python",
@@ -149,19 +150,25 @@ def read_image_folder(
         extensions=extensions,
         max_images=max_images,
     )
+    return stack_images(files, (decode_image(f, mode) for f in files)), labels
+
+
+def stack_images(files, decoded, *, hint: str = "") -> np.ndarray:
+    """One uint8 (N, H, W, C) array of the images ``decoded`` from ``files``, filled as
+    they arrive (memory: one set); an image of another size is a ValueError naming both
+    files (and ``hint``: what to do about it)."""
     images = None
-    for i, file in enumerate(files):
-        pixels = decode_image(file, mode)
+    for i, (file, pixels) in enumerate(zip(files, decoded)):
         if images is None:
             images = np.empty((len(files), *pixels.shape), dtype=np.uint8)
         elif pixels.shape != images.shape[1:]:
             raise ValueError(
                 f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
-                f"{images.shape[2]}x{images.shape[1]}; all images of a set must "
-                "share one size"
+                f"{images.shape[2]}x{images.shape[1]}; all images of a set must share "
+                f"one size{hint}"
             )
         images[i] = pixels
-    return images, labels
+    return images
 
 
 def decode_image(file: Path, mode: str | None) -> np.ndarray:

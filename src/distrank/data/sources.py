@@ -67,6 +67,7 @@ from .readers import (
     image_files,
     read_adm_npz,
     read_cifar10_python,
+    stack_images,
 )
 
 __all__ = ["KINDS", "ImageSet", "load_source", "resize_images"]
@@ -348,17 +349,8 @@ def _decode_one(file: Path, resolution: tuple[int, int] | None) -> np.ndarray:
 
 
 def _stack(files: list[Path], decoded) -> np.ndarray:
-    """One array from decoded images, filled as they arrive so memory stays one set."""
-    images = None
-    for i, (file, pixels) in enumerate(zip(files, decoded)):
-        if images is None:
-            images = np.empty((len(files), *pixels.shape), dtype=np.uint8)
-        elif pixels.shape != images.shape[1:]:
-            raise ValueError(
-                f"{file} is {pixels.shape[1]}x{pixels.shape[0]} but {files[0]} is "
-                f"{images.shape[2]}x{images.shape[1]}; all images of a source must share one "
-                "size, or give the source a 'resolution' to resize them to"
-            )
-        images[i] = pixels
+    """One array from decoded images (``readers.stack_images``), checked."""
+    hint = ", or give the source a 'resolution' to resize them to"
+    images = stack_images(files, decoded, hint=hint)
     check_images(images, where=f"images below {files[0].parent}")
     return images
