@@ -67,44 +67,46 @@ class PRDC(Family):
         )
 
 
+def _metric(key: str, k: str, on: str, **verdict) -> Metric:
+    """A metric of this family, higher is better; it needs k + 1 rows (``k`` the option
+    ``pr_k`` or ``dc_k``) in each client (``on="client"``) or model for its k-NN radii."""
+
+    def needs(options) -> Rows:
+        value = getattr(options, k)
+        return Rows(**{on: value + 1}, why=f"k={value} nearest neighbours")
+
+    return Metric(key, key.capitalize(), True, _FAMILY, needs, **verdict)
+
+
 _FAMILY = PRDC()
-NEAREST = "k={k} nearest neighbours"
-PRECISION = Metric(
+PRECISION = _metric(
     "precision",
-    "Precision",
-    True,
-    _FAMILY,
-    lambda o: Rows(client=o.pr_k + 1, why=NEAREST.format(k=o.pr_k)),
+    "pr_k",
+    "client",
     why_not="Precision counts generated samples inside the reference manifold, whose k-NN "
     "radii differ between each client and the pool.",
 )
-RECALL = Metric(
+RECALL = _metric(
     "recall",
-    "Recall",
-    True,
-    _FAMILY,
-    lambda o: Rows(model=o.pr_k + 1, why=NEAREST.format(k=o.pr_k)),
+    "pr_k",
+    "model",
     agrees=EXACT,
     consistent="exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
     "the clients)",
     breaks={"weights": {"uniform": "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"}},
     secure=WeightedSum("recall", lambda plan: 1.0),
 )
-DENSITY = Metric(
+DENSITY = _metric(
     "density",
-    "Density",
-    True,
-    _FAMILY,
-    lambda o: Rows(client=o.dc_k + 1, why=NEAREST.format(k=o.dc_k)),
+    "dc_k",
+    "client",
     why_not="Density counts generated samples in reference k-NN balls, whose radii differ "
     "between each client and the pool.",
 )
-COVERAGE = Metric(
+COVERAGE = _metric(
     "coverage",
-    "Coverage",
-    True,
-    _FAMILY,
-    lambda o: Rows(client=o.dc_k + 1, why=NEAREST.format(k=o.dc_k)),
+    "dc_k",
+    "client",
     why_not="Coverage uses the k-NN radii of the reference rows, which differ between each "
     "client and the pool.",
 )
