@@ -51,7 +51,9 @@ class OnnxNetwork:
         try:
             self.session = ort_session(self.path, num_threads)
         except Exception as err:  # onnxruntime raises its own types for unreadable graphs
-            log.warning("cached ONNX export %s is unusable (%s); exporting it again", self.path, err)
+            log.warning(
+                "cached ONNX export %s is unusable (%s); exporting it again", self.path, err
+            )
             self.path.unlink(missing_ok=True)
             self._export()
             self.session = ort_session(self.path, num_threads)
