@@ -83,7 +83,7 @@ class OnnxNetwork:
 
 
 def export_onnx(model: nn.Module, path: str | os.PathLike, size: tuple[int, int]) -> None:
-    """Export ``model`` (N, 3, *size) -> (N, d) to ONNX with a dynamic batch dimension."""
+    """Export ``model``, ``(N, 3, *size) -> (N, d)``, to ONNX with a dynamic batch dimension."""
     model = model.to("cpu", memory_format=torch.contiguous_format).eval()
     dummy = torch.zeros(2, 3, *size)
     with warnings.catch_warnings():
