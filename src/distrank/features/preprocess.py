@@ -17,10 +17,10 @@ The steps, in order::
 How the resize is computed: torch's separable interpolation (bilinear,
 bicubic, with or without antialiasing, ``align_corners=False``), or TensorFlow
 1.x's bilinear resize as torch-fidelity ports it ("bilinear_tf1", the FID
-Inception-v3's). For small
-inputs (both sides <= 64 px: Fashion-MNIST, CIFAR-10) it is applied as a linear
-map per axis, ``Y = R_h X R_w^T``, with the two matrices obtained by running
-the interpolation itself on an identity matrix - exactly its weights. Two small matrix products are far cheaper on a CPU than
+Inception-v3's). For small inputs (both sides <= 64 px: Fashion-MNIST,
+CIFAR-10) it is applied as a linear map per axis, ``Y = R_h X R_w^T``, with the
+two matrices obtained by running the interpolation itself on an identity matrix:
+exactly its weights. Two small matrix products are far cheaper on a CPU than
 ``F.interpolate`` (about 1 % of EfficientNet-Lite0's time at 128 px, against
 ~20 % for ``F.interpolate`` with its thread pool on 2 busy cores). Larger
 inputs use the interpolation itself, whose sparse kernels win there. Both give
