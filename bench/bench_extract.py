@@ -111,9 +111,9 @@ def bare_forward(ex, batches: list[np.ndarray]):
     """The network alone on pre-made inputs of ``batches`` (no preprocessing, no I/O)."""
     inputs = [ex.preprocess(b) for b in batches]
     if ex.backend == "onnx":
-        session, name = ex._session, ex._input_name
+        network = ex._session  # the OnnxNetwork: the onnxruntime session and nothing else
         arrays = [x.numpy() for x in inputs]
-        return lambda: [session.run(None, {name: a}) for a in arrays]
+        return lambda: [network(a) for a in arrays]
     inputs = [x.contiguous(memory_format=torch.channels_last) for x in inputs]
 
     def bare():

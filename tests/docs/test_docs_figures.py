@@ -1,17 +1,17 @@
 """The figures the docs and the README show cannot go stale.
 
-They are the default study's PNGs, copied by the rule docs_figure
-(workflow/rules/docs.smk) into docs/figures/ and committed. Three checks, from cheap to
-thorough:
+They are the default study's PNGs and the Inception study's (configs/inception.yaml),
+copied by the rule docs_figure (workflow/rules/docs.smk) into docs/figures/ and
+docs/figures/inception/ and committed. Three checks, from cheap to thorough:
 
-1. the committed set is exactly the PNGs the default study writes (from the experiment
+1. each committed set is exactly the PNGs its study writes (from the experiment
    registry and the agreement families, not from the rule);
 2. E3's figure (closed forms, no data, seconds) is made again here from the current code
    and config.yaml, as its pipeline job makes it, and must equal the committed file byte
    for byte: a change to the figure code or to the plotting style is caught on every run;
-3. where the default study has been run in this checkout (figures/default/, or the
-   folder named by $DISTRANK_STUDY_DIR), every committed figure must equal the study's
-   file byte for byte, and Snakemake must find the study's figures up to date with the
+3. where a study has been run in this checkout (figures/<study>/, or the folder named
+   by $DISTRANK_STUDY_DIR), every committed figure of it must equal the study's file
+   byte for byte, and Snakemake must find the study's figures up to date with the
    current code, inputs and parameters (nothing to rerun). Without such a run this
    check is skipped, and says so.
 
@@ -32,13 +32,18 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = REPO / "docs/figures"
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+# study -> its config file and the folder of its committed figures
+STUDIES = {
+    "default": (REPO / "config.yaml", FIGURES),
+    "inception": (REPO / "configs/inception.yaml", FIGURES / "inception"),
+}
 
 
-def default_config() -> dict:
-    """config.yaml as the pipeline sees it: checked by the schema, defaults filled."""
+def study_config(study: str = "default") -> dict:
+    """A study's config as the pipeline sees it: checked by the schema, defaults filled."""
     from snakemake.utils import validate
 
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config = yaml.safe_load(STUDIES[study][0].read_text())
     validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
     return config
 
@@ -52,7 +57,7 @@ def study_pngs(config: dict) -> set[str]:
         for name, path in experiments.get(key).paths("results", "figures").items():
             if name.startswith("png"):
                 names.add(Path(path).name)
-    if config["agreement"]["enabled"]:
+    if config.get("agreement", {}).get("enabled", False):
         names |= {
             f"{stem}.png"
             for family, stem in FAMILIES.items()
@@ -61,10 +66,13 @@ def study_pngs(config: dict) -> set[str]:
     return names
 
 
-def test_the_committed_figures_are_exactly_the_default_studys_pngs():
-    committed = {p.name for p in FIGURES.glob("*.png")}
-    assert committed == study_pngs(default_config())
-    assert not [p.name for p in FIGURES.iterdir() if p.suffix != ".png"]
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_committed_figures_are_exactly_the_studys_pngs(study):
+    folder = STUDIES[study][1]
+    committed = {p.name for p in folder.glob("*.png")}
+    assert committed == study_pngs(study_config(study))
+    others = {p.name for p in folder.iterdir() if p.suffix != ".png"}
+    assert others == ({"inception"} if folder == FIGURES else set())
 
 
 def test_e3_figure_is_what_the_current_code_makes(tmp_path):
@@ -73,7 +81,7 @@ def test_e3_figure_is_what_the_current_code_makes(tmp_path):
     pytest.importorskip("matplotlib")
     from distrank import experiments
 
-    config = default_config()
+    config = study_config()
     e3 = experiments.get("E3")
     context = {"extractor": config["features"]["extractor"], "seed": config["seed"]}
     context |= {"metrics": config["metrics"], "models": []}
@@ -85,34 +93,39 @@ def test_e3_figure_is_what_the_current_code_makes(tmp_path):
     )
 
 
-def study_dir() -> Path | None:
+def study_dir(study: str) -> Path | None:
     folder = Path(os.environ.get("DISTRANK_STUDY_DIR") or REPO)
-    return folder if (folder / "figures/default").is_dir() else None
+    return folder if (folder / "figures" / study).is_dir() else None
 
 
-@pytest.mark.skipif(
-    study_dir() is None,
-    reason="the default study has not run in this checkout (figures/default/); "
-    "set DISTRANK_STUDY_DIR to a folder where it has",
-)
-def test_committed_figures_equal_the_default_study_and_the_study_is_up_to_date():
-    folder = study_dir()
-    names = sorted(p.name for p in FIGURES.glob("*.png"))
+@pytest.mark.parametrize("study", STUDIES)
+def test_committed_figures_equal_the_study_and_the_study_is_up_to_date(study):
+    folder = study_dir(study)
+    if folder is None:
+        pytest.skip(
+            f"the {study} study has not run in this checkout (figures/{study}/); "
+            "set DISTRANK_STUDY_DIR to a folder where it has"
+        )
+    configfile, committed = STUDIES[study]
+    names = sorted(p.name for p in committed.glob("*.png"))
     differ = [
         n
         for n in names
-        if (folder / "figures/default" / n).read_bytes() != (FIGURES / n).read_bytes()
+        if (folder / "figures" / study / n).read_bytes() != (committed / n).read_bytes()
     ]
     assert differ == [], (
-        f"these committed figures differ from {folder}/figures/default/: {differ}; "
-        "commit the copies that snakemake --cores all made in docs/figures/"
+        f"these committed figures differ from {folder}/figures/{study}/: {differ}; "
+        f"commit the copies that the study's run made in {committed.relative_to(REPO)}/"
     )
-    targets = [f"figures/default/{n}" for n in names]
+    targets = [f"figures/{study}/{n}" for n in names]
+    if study == "inception" and (folder / "figures/default").is_dir():
+        targets.append("docs/tables/E1_across_networks.csv")  # both studies' E1 and E6
     cmd = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "-d", str(folder), "--nolock"]
-    cmd += ["--configfile", str(REPO / "config.yaml"), "--dry-run", "--cores", "1", *targets]
+    cmd += ["--configfile", str(configfile), "--dry-run", "--cores", "1", *targets]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     assert "Nothing to be done" in run.stdout + run.stderr, (
-        "the default study's figures are out of date with the current code, inputs or "
-        "parameters: rerun it and commit docs/figures/\n" + (run.stdout + run.stderr)[-3000:]
+        f"the {study} study's figures are out of date with the current code, inputs or "
+        f"parameters: rerun it and commit {committed.relative_to(REPO)}/\n"
+        + (run.stdout + run.stderr)[-3000:]
     )

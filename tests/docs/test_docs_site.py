@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 from pathlib import Path
 
@@ -99,15 +100,17 @@ def test_every_page_loads_with_no_console_error_and_no_outside_request(pages):
 
 
 def test_every_figure_renders_and_every_committed_figure_is_shown(pages):
-    committed = {p.name for p in (DOCS / "figures").glob("*.png")}
+    # the default study's figures and the Inception study's (docs/figures/inception/), whose
+    # names repeat the default's: Sphinx copies a repeated name as <stem>1.png
+    committed = sorted(p.name for p in (DOCS / "figures").rglob("*.png"))
     shown = set()
     for name, state in pages.items():
         for image in state["images"]:
             assert image["complete"] and image["width"] > 0, (name, image)  # decoded
-            if image["src"] in committed:  # a figure (not an icon of the theme)
+            if re.sub(r"1?\.png$", ".png", image["src"]) in committed:  # a figure, no icon
                 assert image["width"] > 100 and image["shown"] > 100, (name, image)  # laid out
                 shown.add(image["src"])
-    assert shown == committed
+    assert sorted(re.sub(r"1?\.png$", ".png", src) for src in shown) == committed
     # each experiment page shows its own figures, and only those
     for name, state in pages.items():
         if name.startswith("experiments/") and name != "experiments/index.html":
@@ -118,6 +121,13 @@ def test_every_figure_renders_and_every_committed_figure_is_shown(pages):
         "E4_diversity_sweep_samples.png",
     ]
     assert [i["src"] for i in pages["index.html"]["images"]] == ["E1_kd_consistency.png"]
+    # the Inception study's page shows each of its figures once
+    inception = [i["src"] for i in pages["inception.html"]["images"]]
+    assert (
+        len(inception)
+        == len(set(inception))
+        == len(list((DOCS / "figures/inception").glob("*.png")))
+    )
 
 
 def test_every_formula_is_typeset_by_the_bundled_mathjax(pages):

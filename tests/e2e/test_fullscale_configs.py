@@ -24,9 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 # The image studies; configs/agreement-full.yaml runs the agreement study alone.
-# Full-scale studies: every config but the agreement study's and the zoo's pretraining.
+# Full-scale studies: every config but the agreement study's, the zoo's pretraining and
+# the default study on Inception-v3 (offline: tests/e2e/test_inception_config.py).
 STUDIES = sorted(
-    p for p in (REPO / "configs").glob("*.yaml") if not p.stem.startswith(("agreement", "zoo-"))
+    p
+    for p in (REPO / "configs").glob("*.yaml")
+    if not p.stem.startswith(("agreement", "zoo-", "inception"))
 )
 EXPERIMENTS = ("E1_kd_consistency", "E2_fd_counterexample", "E3_gaussian_theory", "E6_prdc")
 # Rules every full-scale plan runs (extract_archive too where an artifact is unpacked).

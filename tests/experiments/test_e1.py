@@ -89,3 +89,42 @@ def test_figure_labels_name_metric_and_extractor(zoo_scores, tmp_path, extractor
         assert not any("FID" in label or "KID" in label for label in labels)
     paths = save(fig, tmp_path / "E1_kd_gap")
     assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+def test_across_networks_by_hand(tmp_path):
+    """Two networks' per-model tables (E1's and E6's columns, one set named FID/KID):
+    tau from scipy, flips and gap ranges counted here."""
+    import pandas as pd
+
+    from distrank.experiments.e1_kd_consistency import across_networks, read_per_model
+
+    models = ["m0", "m1", "m2", "m3"]
+    lite = {"KD_all": [1, 2, 3, 4], "KD_avg": [3, 4, 5, 6], "FD_all": [1, 2, 3, 4]}
+    lite |= {"FD_avg": [2, 1, 3, 4], "Recall_all": [0.9, 0.8, 0.7, 0.6]}  # flip m0-m1
+    fid = {"KID_all": [2, 1, 3, 4], "KID_avg": [2.5, 1.5, 3.5, 4.5], "FID_all": [1, 2, 3, 4]}
+    fid |= {"FID_avg": [1, 2, 5, 4], "Recall_all": [0.9, 0.8, 0.6, 0.7]}  # flip m2-m3
+    lite["Recall_avg"], fid["Recall_avg"] = lite["Recall_all"], fid["Recall_all"]
+    paths = []
+    for name, columns in (("lite", lite), ("fid", fid)):
+        e1 = pd.DataFrame({"model": models, **{k: v for k, v in columns.items() if "D" in k}})
+        e6 = pd.DataFrame({"model": models[::-1], **{k: v[::-1] for k, v in columns.items()}})
+        e1.to_csv(tmp_path / f"{name}_e1.csv", index=False)
+        e6.to_csv(tmp_path / f"{name}_e6.csv", index=False)
+        paths.append([tmp_path / f"{name}_e1.csv", tmp_path / f"{name}_e6.csv"])
+    first, second = (read_per_model(p) for p in paths)
+    table = across_networks(
+        first, second, ("efficientnet_lite0", "inception"), metrics=["kd", "fd", "recall"]
+    )
+    assert table["metric"].tolist() == ["KD / KID", "FD / FID", "Recall"]
+    for row, (x, y) in zip(table.itertuples(), [("KD", "KID"), ("FD", "FID"), ("Recall",) * 2]):
+        want = stats.kendalltau(lite[f"{x}_all"], fid[f"{y}_all"])
+        assert row.kendall_tau == pytest.approx(want.statistic)
+        assert row.p_value == pytest.approx(want.pvalue)
+    assert table["flips_efficientnet_lite0"].tolist() == [0, 1, 0]
+    assert table["flips_inception"].tolist() == [0, 1, 0]
+    assert table["shared_flips"].tolist() == [0, 0, 0]
+    assert table["same_flips"].tolist() == [True, False, True]
+    assert table["gap_range_efficientnet_lite0"].tolist() == [0.0, 2.0, 0.0]
+    assert table["gap_range_inception"].tolist() == [0.0, 2.0, 0.0]
+    with pytest.raises(ValueError, match=r"^the two studies score different models: \['m3'\]"):
+        across_networks(first, second[second.model != "m3"], ("efficientnet_lite0", "inception"))

@@ -72,3 +72,23 @@ def test_discordant_pairs_and_tau_agree_with_scipy():
 def test_rank_agreement_single_model_is_nan():
     table = rank_agreement(pd.DataFrame({"KD_all": [1.0], "KD_avg": [2.0]}), ["kd"])
     assert np.isnan(table.loc[0, "kendall_tau"]) and table.loc[0, "n_models"] == 1
+
+
+def test_tables_name_fd_and_kd_fid_and_kid_on_inception_only():
+    from distrank.experiments import named_on
+
+    table = pd.DataFrame(
+        {
+            "model": ["a", "b"],
+            "metric": ["FD", "kd"],
+            "FD_all": [1.0, 2.0],
+            "KD_gap": [0.1, 0.1],
+            "FDX": [0, 0],  # another name that starts alike
+            "Precision_all": [0.5, 0.6],
+        }
+    )
+    on = named_on(table, "inception")
+    assert on.columns.tolist() == ["model", "metric", "FID_all", "KID_gap", "FDX", "Precision_all"]
+    assert on["metric"].tolist() == ["FID", "KID"]
+    assert on["FID_all"].tolist() == [1.0, 2.0] and table.columns[2] == "FD_all"
+    assert named_on(table, "efficientnet_lite0") is table and named_on(table, None) is table

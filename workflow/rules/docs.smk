@@ -1,11 +1,14 @@
-# The figures the docs and the README show: the default study's PNGs, copied into
-# docs/figures/ and committed; tests/docs/test_docs_figures.py checks they are current.
-# Included by the Snakefile for the default study only.
+# The figures the docs and the README show: the default study's PNGs in docs/figures/,
+# the Inception study's (configs/inception.yaml) in docs/figures/inception/, copied and
+# committed; tests/docs/test_docs_figures.py checks they are current. The Inception study
+# also compares its E1 and E6 rankings with the default study's (docs/tables/).
+# Included by the Snakefile for these two studies only.
 import shutil
 from pathlib import Path
 
 from distrank._io import atomic_path
 
+DOCS_FIGURES_DIR = {"default": "docs/figures", "inception": "docs/figures/inception"}[STUDY]
 DOCS_FIGURES = sorted(Path(p).stem for p in [*all_outputs(), *STUDY_TARGETS] if p.endswith(".png"))
 
 
@@ -17,7 +20,7 @@ rule docs_figure:
     input:
         f"{FIGURES}/{{name}}.png",
     output:
-        "docs/figures/{name}.png",
+        f"{DOCS_FIGURES_DIR}/{{name}}.png",
     log:
         f"{LOGS}/docs/{{name}}.log",
     wildcard_constraints:
@@ -27,4 +30,32 @@ rule docs_figure:
             shutil.copyfile(input[0], tmp)
 
 
-STUDY_TARGETS += expand("docs/figures/{name}.png", name=DOCS_FIGURES)
+STUDY_TARGETS += expand(f"{DOCS_FIGURES_DIR}/{{name}}.png", name=DOCS_FIGURES)
+
+if STUDY == "inception":
+    # the default study's tables: made by its own run, which must come first
+    ACROSS_STEMS = ["E1_kd_consistency", "E6_prdc"]
+    ACROSS_DEFAULT = [f"results/default/{stem}.csv" for stem in ACROSS_STEMS]
+
+    rule e1_across_networks:
+        input:
+            default=ACROSS_DEFAULT,
+            study=[f"{RESULTS}/{stem}.csv" for stem in ACROSS_STEMS],
+        output:
+            multiext("docs/tables/E1_across_networks", ".csv", ".md", ".tex"),
+        log:
+            f"{LOGS}/docs/E1_across_networks.log",
+        conda:
+            "../../envs/core.yaml"
+        params:
+            extractors=("efficientnet_lite0", config["features"]["extractor"]),
+        script:
+            "../../scripts/across_networks.py"
+
+    if all(Path(p).is_file() for p in ACROSS_DEFAULT):
+        STUDY_TARGETS += rules.e1_across_networks.output
+    else:
+        logger.warning(
+            "docs/tables/E1_across_networks: run the default study first (its "
+            f"{', '.join(ACROSS_DEFAULT)}) to compare the two networks' rankings"
+        )

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, display
+from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display
 from distrank.metrics.table import COLUMNS as SCORE_COLUMNS
 from distrank.metrics.table import check as check_scores
 from distrank.metrics.table import rank_agreement
@@ -51,6 +51,7 @@ __all__ = [
     "check_scores",
     "aggregates_wide",
     "per_model",
+    "named_on",
     "zoo_scores",
     "check_partition",
     "check_model",
@@ -152,12 +153,14 @@ class Experiment:
                 paths[f"{ext}{suffix}"] = f"{figures}/{self.stem}{suffix}.{ext}"
         return paths
 
-    def write(self, out: Outputs, paths: Mapping) -> None:
-        """Tables as CSV, Markdown and LaTeX; figures as PDF and PNG, at ``paths``."""
+    def write(self, out: Outputs, paths: Mapping, extractor: str | None = None) -> None:
+        """Tables as CSV, Markdown and LaTeX (their metrics named as on ``extractor``'s
+        features: :func:`named_on`); figures as PDF and PNG, at ``paths``."""
         from distrank.figures import save
         from distrank.tables import write_table
 
         for suffix, table in out.tables.items():
+            table = named_on(table, extractor)
             write_table(table, str(paths[f"table{suffix}"][0]).removesuffix(".csv"))
         for suffix, figure in out.figures.items():
             save(figure, str(paths[f"pdf{suffix}"]).removesuffix(".pdf"))
@@ -222,14 +225,32 @@ def run_rule(rule: str, job: Job) -> None:
     """Run the rule ``rule`` of the workflow: an experiment (its key: ``run``, then
     ``write`` its outputs), or one of its pre-steps (``e<n>_...``: see ``STEPS``)."""
     if rule in EXPERIMENTS:
-        exp = EXPERIMENTS[rule]
-        exp.write(exp.run(job.inputs, job.params["settings"], job.params["context"]), job.outputs)
+        exp, context = EXPERIMENTS[rule], job.params["context"]
+        out = exp.run(job.inputs, job.params["settings"], context)
+        exp.write(out, job.outputs, context["extractor"])
         return
     match = re.match(r"e(\d+)_", rule)
     steps = EXPERIMENTS[f"E{match[1]}"].steps if match and f"E{match[1]}" in EXPERIMENTS else {}
     if rule not in steps:
         raise ValueError(f"rule {rule!r} is neither an experiment nor a pre-step of one")
     steps[rule](job)
+
+
+def named_on(table: pd.DataFrame, extractor: str | None) -> pd.DataFrame:
+    """``table`` with its metrics named as on ``extractor``'s features
+    (:func:`~distrank.metrics.registry.display`): on Inception-v3, FD and KD columns
+    (``FD_all``, ``KD_gap``) and the cells ``FD``/``KD`` (or ``fd``/``kd``) of a
+    ``metric`` column become FID and KID; on any other network ``table`` is unchanged."""
+    names = {DISPLAY[k]: display(k, extractor) for k in ("fd", "kd")}
+    names = {old: new for old, new in names.items() if new != old}
+    if not names:
+        return table
+    pattern = re.compile(rf"^({'|'.join(names)})(?=_|$)")
+    table = table.rename(columns=lambda c: pattern.sub(lambda m: names[m[1]], str(c)))
+    if "metric" in table.columns:
+        cells = names | {old.lower(): new for old, new in names.items()}
+        table["metric"] = table["metric"].map(lambda v: cells.get(v, v))
+    return table
 
 
 def per_model(

@@ -37,7 +37,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.clients import partition
-from distrank.experiments import Outputs, aggregates_wide, rank_agreement
+from distrank.experiments import Outputs, aggregates_wide, named_on, rank_agreement
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics.registry import METRIC_KEYS
 
@@ -362,7 +362,8 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
         ],
         ignore_index=True,
     )
-    per_partition = partition_agreement(scores, meta)
+    # metrics named as on the study's network (FID/KID on Inception-v3), figures included
+    per_partition = named_on(partition_agreement(scores, meta), context["extractor"])
     table = e8_table(per_partition)
     return Outputs(
         {"": table, "_partitions": per_partition},

