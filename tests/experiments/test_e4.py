@@ -35,6 +35,8 @@ from distrank.experiments.e4_diversity_sweep import (
     sweep_models,
     theorem2_check,
     theory_table,
+    write_fd,
+    write_fitted,
     write_sweep,
 )
 from distrank.metrics import score
@@ -519,3 +521,48 @@ def test_between_classes_and_within_add_up_to_the_trace():
     assert between_classes(x, labels) + within == pytest.approx(np.trace(np.cov(x.T)), rel=1e-12)
     assert between_classes(x, np.zeros(90)) == pytest.approx(0.0, abs=1e-12)
     assert np.isnan(between_classes(x, None))
+
+
+def test_pre_steps_write_the_fitted_features_and_the_fd_tables(tmp_path):
+    rng = np.random.default_rng(6)
+    x, labels, _ = clustered_clients(rng, k=3, d=5, sizes=[40, 50, 60])
+    client_paths = []
+    for c in range(3):
+        client_paths.append(tmp_path / f"c{c}.npz")
+        np.savez(client_paths[-1], features=x[labels == c].astype(np.float32))
+    settings = {
+        "partition": "p",
+        "seeds": 2,
+        "families": {
+            "fit": {"kind": "fitted", "knob": "s", "values": [0.5, 1.0]},
+            "sim": {"kind": "simulated", "knob": "tau", "values": [1.0]},
+        },
+        "pca_dims": [2],
+    }
+    models = sweep_models(settings)
+    paths = {name: tmp_path / f"{name}.npz" for name in models}
+    fitted = {n: p for n, p in paths.items() if models[n]["family"] == "fit"}
+    write_fitted(settings, client_paths, fitted, n_samples=30, seed=1, weights="size")
+    np.savez(paths["e4-sim-1-s0"], features=x, labels=labels)
+    with np.load(paths["e4-fit-0.5-s1"]) as f:
+        np.testing.assert_array_equal(np.bincount(f["labels"]), [8, 10, 12])  # 30 by n_i
+        half = f["features"]
+    with np.load(paths["e4-fit-1-s1"]) as f:  # the same draw at s = 1 (seed 1 + 1)
+        draws = fitted_samples([x[labels == c] for c in range(3)], [0.5], n_samples=30, seed=2)
+        np.testing.assert_allclose(half, draws[0.5][0], rtol=1e-6)
+        assert not np.allclose(f["features"], half)
+    write_fd(
+        settings,
+        client_paths,
+        paths,
+        tmp_path / "fd.csv",
+        tmp_path / "th.csv",
+        weights="size",
+        seed=0,
+    )
+    fd, theory = pd.read_csv(tmp_path / "fd.csv"), pd.read_csv(tmp_path / "th.csv")
+    assert len(fd) == len(models) * 2 * 2  # settings features and pca2, all and avg
+    assert sorted(set(theory["value"])) == [0.5, 1.0] and len(theory) == 2 * 2 * 2
+    real = fd[(fd.model == "e4-sim-1-s0") & (fd.setting == "features") & (fd.aggregation == "all")]
+    assert real["fd"].iloc[0] == pytest.approx(0.0, abs=1e-9)  # the pool itself
+    assert real["trace_between"].iloc[0] == pytest.approx(between_classes(x, labels), rel=1e-12)

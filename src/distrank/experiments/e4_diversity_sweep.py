@@ -70,8 +70,12 @@ __all__ = [
     "write_sweep",
     "fitted_samples",
     "write_fitted",
-    "fd_settings",
+    "TERMS",
+    "SPLIT",
+    "FEATURES",
+    "EXTRAPOLATED",
     "pca_basis",
+    "between_classes",
     "extrapolate",
     "FdSettings",
     "write_fd",
@@ -79,6 +83,7 @@ __all__ = [
     "e4_table",
     "mean_curves",
     "fd_curves",
+    "theory_table",
     "theorem2_check",
     "e4_figure",
     "e4_terms_figure",
@@ -404,16 +409,6 @@ SPLIT = "trace_between"
 FEATURES, EXTRAPOLATED = "features", "extrapolated"
 
 
-def fd_settings(settings: Mapping) -> list[str]:
-    """The FD settings that a config section asks for, in order: ``features``,
-    ``pca<d>`` for each of ``pca_dims``, ``extrapolated`` when ``extrapolation`` is set."""
-    return (
-        [FEATURES]
-        + [f"pca{d}" for d in settings.get("pca_dims", [])]
-        + ([EXTRAPOLATED] if settings.get("extrapolation") else [])
-    )
-
-
 def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
     """The first ``dims`` principal axes of ``pool``'s rows as a (d, dims) matrix:
     scikit-learn's PCA with the ``covariance_eigh`` solver (a (d, d) covariance, not
@@ -504,14 +499,14 @@ class _Clients:
 
 
 class FdSettings:
-    """FD of models against fixed clients in every setting (:func:`fd_settings`).
+    """FD of models against fixed clients in every setting, with its terms.
 
     ``features``: the clients' rows as they are (what the pipeline scores);
     ``pca<d>``: clients and models projected on the pool's first d principal axes
     (:func:`pca_basis`, fitted once); ``extrapolated``: FD's terms at each of
     ``fractions`` of every sample (each client's rows and the model's, so that their
     ratio stays put; at fraction 1 the ``features`` value), averaged over ``draws``
-    random subsamples, then :func:`extrapolate`\\ d in 1/m. FD's bias is
+    random subsamples, then extrapolated in 1/m (:func:`extrapolate`). FD's bias is
     O(1/n + 1/m) (Chong and Forsyth 2020), a line in 1/m while n/m is fixed. A
     (fraction, draw) subsamples every model with the same generator.
     """
@@ -582,7 +577,7 @@ class FdSettings:
         return _with_fd(pd.DataFrame(rows, columns=columns))
 
     def theory(self, scales: Sequence[float]) -> pd.DataFrame:
-        """The fitted family's FD without sampling (:meth:`_Clients.fitted`) at each
+        """The fitted family's FD without sampling (its own Gaussian, not its draws) at each
         scale, in every setting (``extrapolated`` estimates the ``features`` value):
         columns ``setting, value, aggregation``, the :data:`TERMS` and ``fd``."""
         rows = [
