@@ -251,7 +251,7 @@ def test_figures(sweep):
     assert [ax.get_title(loc="left") for ax in fig.axes[:2]] == ["simulated", "guided"]
     assert fig.axes[0].get_ylabel() == "FD as scored"
     assert fig.axes[2].get_ylabel() == "FD, PCA to 3 dims"
-    assert fig.axes[3].get_xlabel() == "guidance (less diverse →)"
+    assert fig.axes[3].get_xlabel() == "guidance\n(less diverse →)"
     # per panel: two aggregations x (seed mean, best knob), and their bands
     assert all(len(ax.get_lines()) == 4 and len(ax.collections) == 2 for ax in fig.axes)
     mean_all = fd[(fd.setting == "pca3") & (fd.family == "guided") & (fd.aggregation == "all")]

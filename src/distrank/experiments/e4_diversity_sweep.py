@@ -906,7 +906,7 @@ def _grid(fd: pd.DataFrame, height_per_row: float):
 def _knob_axis(ax, group: pd.DataFrame, last_row: bool) -> None:
     if last_row:
         arrow = "less" if group["diversity"].iloc[0] == "decreasing" else "more"
-        ax.set_xlabel(f"{group['knob'].iloc[0]} ({arrow} diverse →)")
+        ax.set_xlabel(f"{group['knob'].iloc[0]}\n({arrow} diverse →)")
 
 
 def e4_figure(fd: pd.DataFrame, theory: pd.DataFrame, extractor: str) -> Figure:
