@@ -226,28 +226,18 @@ def write_sweep(
     plus the model's sampling seed.
     """
     from distrank import zoo
-    from distrank._io import atomic_path
     from distrank.data.images import save_images
     from distrank.features import extractor_from_config
-    from distrank.features.cache import extract_to_file, load_features, read_array
+    from distrank.features.cache import extract_to_file
 
     extractor = None
     states = {}
     for name, model in sweep_models(settings).items():
         spec, family = dict(model["spec"]), model["family"]
         kind = spec["kind"]
-        if kind == FITTED:
-            continue
-        if kind == SIMULATED:
-            x = load_features(inputs["heldout_features"])
-            labels = read_array(inputs["heldout_features"], key="labels")
-            if classes is not None:
-                keep = np.isin(labels, classes)
-                x, labels = x[keep], labels[keep]
-            with atomic_path(outputs[name]["features"]) as tmp:
-                np.savez(
-                    tmp, features=pull_to_class_means(x, labels, model["value"]), labels=labels
-                )
+        if kind in FEATURE_KINDS:
+            if kind == SIMULATED:
+                _write_simulated(inputs["heldout_features"], classes, model["value"], outputs[name])
             continue
         if kind in zoo.FAMILIES:
             if family not in states:
@@ -283,6 +273,20 @@ def write_sweep(
             extractor,
             batch_size=features["batch_size"],
         )
+
+
+def _write_simulated(heldout_path, classes, tau: float, output: Mapping) -> None:
+    """The simulated family's features at ``tau``: the held-out rows of ``classes``
+    pulled to their class means (:func:`pull_to_class_means`), with their labels."""
+    from distrank._io import atomic_path
+    from distrank.features.cache import load_features, read_array
+
+    x, labels = load_features(heldout_path), read_array(heldout_path, key="labels")
+    if classes is not None:
+        keep = np.isin(labels, classes)
+        x, labels = x[keep], labels[keep]
+    with atomic_path(output["features"]) as tmp:
+        np.savez(tmp, features=pull_to_class_means(x, labels, tau), labels=labels)
 
 
 def sweep_centralized(job: Job) -> None:
@@ -970,7 +974,7 @@ def _curve_with_band(ax, rows: pd.DataFrame, exact: pd.DataFrame, agg: str, styl
 def e4_terms_figure(fd: pd.DataFrame, extractor: str) -> Figure:
     """What moves the best knob: FD's terms against the knob, each as its change from
     the first knob value (seeds' mean), one row per setting and one column per family:
-    the mean term |mu_X - mu_Y|^2 (black; FD_avg's differs by a constant), the model's
+    the mean term ``|mu_X - mu_Y|^2`` (black; FD_avg's differs by a constant), the model's
     tr C_Y (shared) split into its parts within (green) and between (purple) its
     classes, and -2 tr(C_X^1/2 C_Y C_X^1/2)^1/2 against the pool (blue) and averaged
     over the clients (orange, dashed). FD_all's change is black + green + purple +

@@ -115,8 +115,8 @@ def frechet_distance(a: GaussianStats, b: GaussianStats, *, device=None) -> floa
 @dataclass(frozen=True)
 class FrechetTerms:
     """The terms of FD for every (reference, model) pair, each a (references, models)
-    array: ``mean`` |m1 - m2|^2, ``trace_reference`` tr C1, ``trace_model`` tr C2 and
-    ``root`` tr (C1^1/2 C2 C1^1/2)^1/2, so that FD = mean + traces - 2 root."""
+    array: ``mean`` ``|m1 - m2|^2``, ``trace_reference`` tr C1, ``trace_model`` tr C2
+    and ``root`` tr (C1^1/2 C2 C1^1/2)^1/2, so that FD = mean + traces - 2 root."""
 
     mean: np.ndarray
     trace_reference: np.ndarray
