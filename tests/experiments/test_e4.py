@@ -5,6 +5,7 @@ are checked against experiments_testkit.fd_scipy (scipy's sqrtm), and the best k
 against numpy's argmin/argmax of the same curves.
 """
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -272,6 +273,8 @@ def test_figures(sweep):
         "2",
         "4",
     ]
+    for figure in (fig, terms, grid):
+        plt.close(figure)
 
 
 def test_write_sweep_makes_the_simulated_features(tmp_path):
