@@ -37,6 +37,13 @@ def test_every_shipped_config_passes():
         check(yaml.safe_load(path.read_text()))
 
 
+def test_a_study_scores_the_metrics_its_experiments_read():
+    cfg = config(metrics={**DEFAULT["metrics"], "metrics": ["fd"]})
+    raises(cfg, "metrics.metrics is ['fd'], but experiments.E1 reads ['kd', 'precision'")
+    cfg["experiments"] = {"E3": DEFAULT["experiments"]["E3"], "E4": DEFAULT["experiments"]["E4"]}
+    assert check(cfg) == []  # E4 reads FD only, E3 no scores
+
+
 def test_a_family_model_needs_its_zoo_entry():
     cfg = config()
     del cfg["zoo"]["vae"]

@@ -28,6 +28,7 @@ def check(config: Mapping) -> list[str]:
         experiment = experiments.get(key)
         if "partition" in settings:
             check_partition(config, f"experiments.{key}.partition", settings["partition"])
+        _check_metrics(config, key, experiment)
         experiment.check(settings, config)
     _check_labels(config)
     return _warnings(config)
@@ -59,6 +60,18 @@ def check_file(path: str | os.PathLike) -> None:
             stack.extend(
                 (item, f"{where.removesuffix('.')}[{i}].") for i, item in enumerate(node.value)
             )
+
+
+def _check_metrics(config: Mapping, key: str, experiment) -> None:
+    """An experiment that reads the scores gets the metrics it reads."""
+    scored = config.get("metrics", {}).get("metrics")
+    if scored is None or experiment.scores(config["experiments"][key], config) is None:
+        return
+    missing = [m for m in experiment.metrics if m not in scored]
+    if missing:
+        raise ValueError(
+            f"config: metrics.metrics is {list(scored)}, but experiments.{key} reads {missing} too"
+        )
 
 
 # Names of the models the experiments make (e2-G1, e5-fedavg-r01, ...): workflow/README.md.

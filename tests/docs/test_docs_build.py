@@ -80,7 +80,7 @@ def test_every_experiment_has_its_page_with_claim_caption_and_config(build):
         assert "The claim." in shown.text
     # the config section is the default study's, cut at the right key
     e9 = page(out, "experiments/E9.html").text
-    assert "epsilons: [0.1, 0.3, 1, 3, 10]" in e9 and "E10:" not in e9
+    assert "epsilons: [0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000]" in e9 and "E10:" not in e9
     # the caption is rendered with the default config's values, as snakemake --report does
     a1 = page(out, "experiments/A1.html").text
     stacking = config["agreement"]["stacking"]

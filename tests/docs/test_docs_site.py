@@ -118,7 +118,10 @@ def test_every_figure_renders_and_every_committed_figure_is_shown(pages):
             assert state["images"] and all(i["src"].startswith(f"{key}_") for i in state["images"])
     assert [i["src"] for i in pages["experiments/E4.html"]["images"]] == [
         "E4_diversity_sweep.png",
+        "E4_diversity_sweep_terms.png",
         "E4_diversity_sweep_samples.png",
+        "E4_large_diversity_sweep.png",  # the large run's, committed beside the page
+        "E4_large_diversity_sweep_terms.png",
     ]
     assert [i["src"] for i in pages["index.html"]["images"]] == ["E1_kd_consistency.png"]
     # the Inception study's page shows each of its figures once

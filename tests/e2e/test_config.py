@@ -149,12 +149,12 @@ def test_the_schemas_model_kinds_are_the_zoos():
 
 def test_the_schemas_e4_family_kinds_are_the_sweeps():
     from distrank import zoo
-    from distrank.experiments.e4_diversity_sweep import FAMILY_KINDS, SIMULATED
+    from distrank.experiments.e4_diversity_sweep import FAMILY_KINDS, FEATURE_KINDS
 
     e4 = schema()["properties"]["experiments"]["properties"]["E4"]["properties"]
     enum = e4["families"]["additionalProperties"]["properties"]["kind"]["enum"]
     assert len(enum) == len(set(enum)) and set(enum) == set(FAMILY_KINDS)
-    assert set(FAMILY_KINDS) - {SIMULATED} <= set(zoo.KINDS)
+    assert set(FAMILY_KINDS) - set(FEATURE_KINDS) <= set(zoo.KINDS)
 
 
 def test_the_schemas_source_and_partition_kinds_are_the_packages():

@@ -25,11 +25,12 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 # The image studies; configs/agreement-full.yaml runs the agreement study alone.
 # Full-scale studies: every config but the agreement study's, the zoo's pretraining and
-# the default study on Inception-v3 (offline: tests/e2e/test_inception_config.py).
+# the default study on Inception-v3 (offline: tests/e2e/test_inception_config.py) and
+# E4's large run (configs/e4-large.yaml, planned below).
 STUDIES = sorted(
     p
     for p in (REPO / "configs").glob("*.yaml")
-    if not p.stem.startswith(("agreement", "zoo-", "inception"))
+    if not p.stem.startswith(("agreement", "zoo-", "inception", "e4-"))
 )
 EXPERIMENTS = ("E1_kd_consistency", "E2_fd_counterexample", "E3_gaussian_theory", "E6_prdc")
 # Rules every full-scale plan runs (extract_archive too where an artifact is unpacked).
@@ -92,7 +93,9 @@ def test_there_are_four_studies():
 
 
 @pytest.mark.parametrize(
-    "path", [REPO / "config.yaml", REPO / "tests/e2e/tiny.yaml", *STUDIES], ids=lambda p: p.stem
+    "path",
+    [REPO / "config.yaml", REPO / "tests/e2e/tiny.yaml", REPO / "configs/e4-large.yaml", *STUDIES],
+    ids=lambda p: p.stem,
 )
 def test_config_validates(path):
     config = load(path)
@@ -117,6 +120,17 @@ def test_study_plans_every_rule_offline(path, tmp_path):
         said = f"config: trust_pickles is false, so generating {', '.join(checkpoints)} will fail"
         assert any(said in line for line in run.stdout.splitlines()), run.stdout[-3000:]
     assert not (tmp_path / "results").exists()
+
+
+def test_e4_large_run_plans_e4_alone_scoring_fd_only(tmp_path):
+    run = snakemake(tmp_path, REPO / "configs/e4-large.yaml", "--dry-run")
+    assert run.returncode == 0, run.stdout[-3000:]
+    stats = job_stats(run.stdout)
+    assert {"e4_sweep_models", "e4_fitted_centralized", "e4_fd_centralized", "E4"} <= set(stats)
+    assert stats["score_client"] == 6 and "E1" not in stats and "generate" not in stats
+    config = load(REPO / "configs/e4-large.yaml")
+    assert config["metrics"]["metrics"] == ["fd"] and config["reference"]["per_class"] == 6000
+    assert config["experiments"]["E4"]["n_samples"] > 1280  # the features' dimension
 
 
 def planned_error(tmp_path, config: dict) -> str:

@@ -5,23 +5,39 @@ are checked against experiments_testkit.fd_scipy (scipy's sqrtm), and the best k
 against numpy's argmin/argmax of the same curves.
 """
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 from experiments_testkit import clustered_clients, fd_scipy
 
 from distrank import experiments
+from distrank.experiments.e3_gaussian_theory import (
+    GaussianClients,
+    e3_curves,
+    e3_table,
+    gaussian_fd,
+    ring_clients,
+    spd_power,
+)
 from distrank.experiments.e4_diversity_sweep import (
+    FdSettings,
+    between_classes,
     e4_curves,
     e4_figure,
     e4_samples_figure,
     e4_table,
-    mean_curves,
+    e4_terms_figure,
+    fd_curves,
+    fitted_samples,
     partition_classes,
     pull_to_class_means,
     sweep_inputs,
     sweep_models,
     theorem2_check,
+    theory_table,
+    write_fd,
+    write_fitted,
     write_sweep,
 )
 from distrank.metrics import score
@@ -63,6 +79,12 @@ def sweep():
             features[name] = means[held_labels] + 0.4 / m["value"] * noise
     scores = score(x, labels, features, dtype="float64")
     return x, labels, features, models, scores
+
+
+def labelled(features, models):
+    """(name, rows, labels) of the sweep's features: each row's cluster."""
+    held = np.repeat(np.arange(6), 80)
+    return [(name, x, held) for name, x in features.items()]
 
 
 def test_sweep_models_and_what_e4_scores():
@@ -149,17 +171,35 @@ def test_kd_all_and_avg_pick_the_same_knob_in_every_family(sweep):
 
 def test_fd_avg_prefers_less_diversity_on_variance_limited_clients(sweep):
     """Theorem 2 on one-cluster clients: FD_avg's argmin lies at lower diversity than
-    FD_all's (tau < 1; more guidance), which sits at the real spread."""
-    *_, models, scores = sweep
-    check = theorem2_check(e4_curves(scores, models), models).set_index("family")
-    assert check.loc["simulated", "best_all"] == check.loc["guided", "best_all"] == 1.0
-    assert check.loc["simulated", "best_avg"] < 1.0
-    assert check.loc["guided", "best_avg"] > 1.0
-    assert (check["avg_vs_all"] == "less diverse").all()
-    assert list(check["seeds_less"]) == [1, 1]
-    assert list(check["diversity"]) == ["increasing", "decreasing"]
+    FD_all's (tau < 1; more guidance), which sits at the real spread, in every setting;
+    its "features" setting is the scorer's FD."""
+    x, labels, features, models, scores = sweep
+    clients = [x[labels == c] for c in range(6)]
+    extrapolation = {"fractions": [0.5, 0.75, 1.0], "draws": 20}
+    settings = FdSettings(clients, pca_dims=[6], extrapolation=extrapolation)
+    fd = fd_curves(settings.table(labelled(features, models)), models)
+    scored = e4_curves(scores, models)
+    scored = scored[scored.metric == "FD"].sort_values(["family", "aggregation", "value"])
+    ours = fd[fd.setting == "features"].sort_values(["family", "aggregation", "value"])
+    np.testing.assert_allclose(ours["fd"], scored["score"], rtol=1e-9)
+    # all d principal axes are a rotation, which moves no FD
+    rotated = fd[fd.setting == "pca6"].sort_values(["family", "aggregation", "value"])
+    np.testing.assert_allclose(rotated["fd"], ours["fd"], rtol=1e-9)
+    check = theorem2_check(fd).set_index(["setting", "family"])
+    assert list(dict.fromkeys(check.index.get_level_values(0))) == [
+        "features",
+        "pca6",
+        "extrapolated",
+    ]
+    assert (check["best_all"] == 1.0).all()
+    assert (check.xs("simulated", level="family")["best_avg"] < 1.0).all()
+    assert (check.xs("guided", level="family")["best_avg"] > 1.0).all()
+    assert (check["avg_vs_all"] == "less diverse").all() and (check["seeds_less"] == 1).all()
+    assert check["theory_all"].isna().all()  # no fitted family here
     # Pulling to the class means shrinks every cluster: recall falls, precision rises.
-    assert check.loc["simulated", "rho_recall"] > 0.9
+    table = e4_table(scored_all := e4_curves(scores, models)).set_index(["family", "metric"])
+    assert table.loc[("simulated", "Recall"), "rho_diversity"].min() > 0.9
+    assert len(scored_all) == len(models) * 12
 
 
 def test_seeds_name_the_models_and_the_table_counts_each_seeds_argmin():
@@ -176,34 +216,49 @@ def test_seeds_name_the_models_and_the_table_counts_each_seeds_argmin():
     values, rows = [1.0, 2.0, 3.0, 4.0], []
     for seed, c_avg in enumerate([1.0, 1.0, 3.0]):
         for agg, c in (("all", 2.0), ("avg", c_avg)):
-            for v in values:
-                rows.append(("f", "t", v, seed, "FD", agg, (v - c) ** 2))
-                rows.append(("f", "t", v, seed, "Recall", agg, v / 10))
-                rows.append(("f", "t", v, seed, "Precision", agg, 1 - v**2 / 20))
-    curves = pd.DataFrame(
-        rows, columns=["family", "knob", "value", "seed", "metric", "aggregation", "score"]
-    )
-    models = {f"m{v}-{s}": {"family": "f", "decreasing": False} for v in values for s in range(3)}
-    check = theorem2_check(curves, models).iloc[0]
+            rows += [
+                ("features", "f", "t", "increasing", v, seed, agg, (v - c) ** 2) for v in values
+            ]
+    columns = ["setting", "family", "knob", "diversity", "value", "seed", "aggregation", "fd"]
+    fd = pd.DataFrame(rows, columns=columns)
+    check = theorem2_check(fd).iloc[0]
     assert (check.seeds_less, check.seeds_same, check.seeds_more) == (2, 0, 1)
     assert check.avg_vs_all == "within seed noise"
     # mean avg curve: ((v-1)^2 * 2 + (v-3)^2) / 3 is least at v = 5/3 -> knob 2 of the grid
     assert (check.best_all, check.best_avg) == (2.0, 2.0)
-    assert (check.rho_recall, check.rho_precision) == (1.0, -1.0)
-    table = e4_table(curves).set_index(["metric", "aggregation"])
-    assert table.loc[("FD", "avg"), ["seed_best_min", "seed_best_max"]].tolist() == [1.0, 3.0]
-    assert table.loc[("Recall", "all"), "interior"] == False  # noqa: E712 (numpy bool)
+    assert (check.avg_seed_min, check.avg_seed_max, check.all_seed_min) == (1.0, 3.0, 2.0)
+    # with the knob's diversity reversed, the same shifts count the other way
+    flipped = theorem2_check(fd.assign(diversity="decreasing")).iloc[0]
+    assert (flipped.seeds_less, flipped.seeds_more) == (1, 2)
+    # a theory curve gives the fitted family's exact best knobs
+    theory = pd.DataFrame(
+        [
+            ("f", "t", "increasing", "features", v, a, (v - c) ** 2)
+            for a, c in (("all", 4), ("avg", 1))
+            for v in values
+        ],
+        columns=["family", "knob", "diversity", "setting", "value", "aggregation", "fd"],
+    )
+    exact = theorem2_check(fd, theory).iloc[0]
+    assert (exact.theory_all, exact.theory_avg) == (4.0, 1.0)
 
 
 def test_figures(sweep):
-    *_, models, scores = sweep
-    curves = e4_curves(scores, models)
-    fig = e4_figure(mean_curves(curves), e4_table(curves), "efficientnet_lite0")
-    panels = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(panels) == 6
-    assert panels[0].get_ylabel().startswith("KD") and panels[0].get_xlabel() == "knob value"
-    # per panel: two families x (all, avg) curves and their best-value markers
-    assert all(len(ax.get_lines()) == 8 for ax in panels)
+    x, labels, features, models, _ = sweep
+    clients = [x[labels == c] for c in range(6)]
+    fd = fd_curves(FdSettings(clients, pca_dims=[3]).table(labelled(features, models)), models)
+    theory = theory_table(pd.DataFrame(columns=["setting", "value", "aggregation"]), models)
+    fig = e4_figure(fd, theory, "efficientnet_lite0")
+    assert [ax.get_title(loc="left") for ax in fig.axes[:2]] == ["simulated", "guided"]
+    assert fig.axes[0].get_ylabel() == "FD as scored"
+    assert fig.axes[2].get_ylabel() == "FD, PCA to 3 dims"
+    assert fig.axes[3].get_xlabel() == "guidance\n(less diverse →)"
+    # per panel: two aggregations x (seed mean, best knob), and their bands
+    assert all(len(ax.get_lines()) == 4 and len(ax.collections) == 2 for ax in fig.axes)
+    mean_all = fd[(fd.setting == "pca3") & (fd.family == "guided") & (fd.aggregation == "all")]
+    np.testing.assert_allclose(fig.axes[3].get_lines()[0].get_ydata(), mean_all["fd"])
+    terms = e4_terms_figure(fd, "efficientnet_lite0")
+    assert len(terms.axes) == 4 and all(len(ax.get_lines()) == 6 for ax in terms.axes)
     images = {
         name: np.full((12, 28, 28), i * 10, np.uint8)
         for i, name in enumerate(n for n in models if n.startswith("e4-guided"))
@@ -218,6 +273,8 @@ def test_figures(sweep):
         "2",
         "4",
     ]
+    for figure in (fig, terms, grid):
+        plt.close(figure)
 
 
 def test_write_sweep_makes_the_simulated_features(tmp_path):
@@ -298,3 +355,217 @@ def test_sweep_inputs_name_what_each_family_is_made_from():
         "heldout_features": "results/x/features/heldout.npz",
         "heldout": "results/x/images/heldout.npz",
     }
+
+
+# -- FD estimated well: extrapolation and PCA against closed forms; the fitted family ---
+
+
+def gaussian_truth(rng, d: int, k: int = 3, spread: float = 1.0) -> GaussianClients:
+    """k client Gaussians of random covariances in d dimensions (E3's container)."""
+    covs = []
+    for _ in range(k):
+        a = rng.standard_normal((d, d))
+        covs.append(a @ a.T / (2 * d) + 0.1 * np.eye(d))
+    return GaussianClients(spread * rng.standard_normal((k, d)), np.array(covs), np.ones(k))
+
+
+def fd_sum(terms) -> float:
+    mean, trace_reference, trace_model, root, _ = terms  # and the between-class part
+    return mean + trace_reference + trace_model - 2 * root
+
+
+def test_extrapolated_fd_removes_the_small_sample_bias():
+    """Chong and Forsyth's FD at m -> infinity on Gaussians whose FD is known (E3's
+    closed form): 150 rows per client and 150 samples in 16 dimensions bias FD_all and
+    FD_avg upward by many standard errors over 30 independent datasets; the intercept
+    of the line in 1/m is within 3 of them of the truth."""
+    rng = np.random.default_rng(31)
+    truth = gaussian_truth(rng, d=16)
+    mean, cov = truth.pooled_mean, 0.7 * truth.pooled_covariance  # the model
+    exact = {
+        "all": gaussian_fd(truth.pooled_mean, truth.pooled_covariance, mean, cov),
+        "avg": np.mean([gaussian_fd(m, c, mean, cov) for m, c in zip(truth.means, truth.covs)]),
+    }
+    estimates = {"features": [], "extrapolated": []}
+    for r in range(30):
+        clients = [rng.multivariate_normal(m, c, size=150) for m, c in zip(truth.means, truth.covs)]
+        model = rng.multivariate_normal(mean, cov, size=150)
+        extrapolation = {"fractions": [0.5, 0.75, 1.0], "draws": 5}
+        terms = FdSettings(clients, extrapolation=extrapolation, seed=r).terms(model)
+        for setting, values in estimates.items():
+            values.append([fd_sum(terms[setting][agg]) for agg in ("all", "avg")])
+    for agg, col in (("all", 0), ("avg", 1)):
+        plain, extrapolated = (np.array(estimates[s])[:, col] for s in estimates)
+        bias, error = plain.mean() - exact[agg], extrapolated.mean() - exact[agg]
+        se = extrapolated.std(ddof=1) / np.sqrt(len(extrapolated))
+        assert bias > 6 * plain.std(ddof=1) / np.sqrt(len(plain)), agg
+        assert abs(error) < 3 * se and abs(error) < 0.2 * bias, (agg, bias, error, se)
+
+
+def test_pca_fd_is_the_fd_of_the_projected_gaussians():
+    """Clients and model vary in 3 of 10 coordinates beyond a 0.01 floor, but the model
+    is also spread in the other 7: FD on the pool's first 3 principal axes is the closed
+    form of the Gaussians projected on those coordinates (E3's gaussian_fd), not the full
+    FD; the axes are numpy's leading eigenvectors of the pooled covariance."""
+    rng = np.random.default_rng(7)
+    low = gaussian_truth(rng, d=3, spread=3.0)
+    means = np.hstack([low.means, np.zeros((3, 7))])
+    floor = 0.01 * np.eye(7)
+    covs = np.stack(
+        [np.block([[c, np.zeros((3, 7))], [np.zeros((7, 3)), floor]]) for c in low.covs]
+    )
+    clients = [rng.multivariate_normal(m, c, size=4000) for m, c in zip(means, covs)]
+    model_cov = np.block([[0.8 * np.eye(3), np.zeros((3, 7))], [np.zeros((7, 3)), np.eye(7)]])
+    model = rng.multivariate_normal(np.zeros(10), model_cov, size=4000)
+    fd = FdSettings(clients, pca_dims=[3])
+    got = fd.terms(model)
+    pool = np.concatenate(clients)
+    _, vecs = np.linalg.eigh(np.cov(pool.T))
+    top = vecs[:, -3:]
+    np.testing.assert_allclose(
+        fd.spaces["pca3"].basis @ fd.spaces["pca3"].basis.T, top @ top.T, atol=1e-12
+    )
+    exact_all = gaussian_fd(low.pooled_mean, low.pooled_covariance, np.zeros(3), 0.8 * np.eye(3))
+    exact_avg = np.mean(
+        [gaussian_fd(m, c, np.zeros(3), 0.8 * np.eye(3)) for m, c in zip(low.means, low.covs)]
+    )
+    assert fd_sum(got["pca3"]["all"]) == pytest.approx(exact_all, rel=0.05)
+    assert fd_sum(got["pca3"]["avg"]) == pytest.approx(exact_avg, rel=0.05)
+    assert fd_sum(got["features"]["all"]) > exact_all + 5  # the 7 spread coordinates
+
+
+def test_fitted_samples_are_the_clients_gaussians_scaled():
+    rng = np.random.default_rng(2)
+    clients = [rng.standard_normal((7, 3)) * [1, 2, 3] + i for i in range(2)]
+    draws = fitted_samples(clients, [0.25, 1.0], n_samples=20001, seed=4)
+    x, labels = draws[1.0]
+    np.testing.assert_array_equal(np.bincount(labels), [10001, 10000])  # shares of 7 and 7
+    for i, rows in enumerate(clients):
+        mine = x[labels == i].astype(np.float64)
+        np.testing.assert_allclose(mine.mean(0), rows.mean(0), atol=0.05)
+        np.testing.assert_allclose(np.cov(mine.T), np.cov(rows.T), atol=0.1 * np.cov(rows.T).max())
+    # every scale shares the noise: x_s - mu = sqrt(s) (x_1 - mu)
+    mu = np.where(labels[:, None] == 0, clients[0].mean(0), clients[1].mean(0))
+    np.testing.assert_allclose(draws[0.25][0] - mu, 0.5 * (x - mu), atol=1e-5)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        fitted_samples([clients[0], clients[1][:1]], [1.0], n_samples=4, seed=0)
+
+
+def test_fitted_family_is_theorem_2_on_the_clients_statistics():
+    """E3's variance-limited clients (ring_clients in 4 dims), 3000 rows each. The
+    fitted family's exact FD (FdSettings.theory) is E3's closed form on the clients'
+    statistics; at s = 1 its Gaussian is the pool's, E3's FD_all minimiser (FD 0); no
+    s beats E3's FD_avg minimiser, the barycenter; FD_avg is least at s < 1; and FD
+    from 20,000 fitted samples per s has the same best knobs (to one grid step)."""
+    rng = np.random.default_rng(11)
+    ring = ring_clients(3, 4)
+    clients = [rng.multivariate_normal(m, c, size=3000) for m, c in zip(ring.means, ring.covs)]
+    truth = GaussianClients(
+        np.stack([c.mean(0) for c in clients]), np.stack([np.cov(c.T) for c in clients]), [1, 1, 1]
+    )
+    within = truth.covs.mean(axis=0)
+    between = truth.pooled_covariance - within
+    scales = np.round(np.arange(0.1, 1.51, 0.05), 2)
+    fd = FdSettings(clients)
+    theory = fd.theory(scales).pivot(index="value", columns="aggregation", values="fd")
+    mu = truth.pooled_mean
+    expected_all = [
+        gaussian_fd(mu, truth.pooled_covariance, mu, s * within + between) for s in scales
+    ]
+    expected_avg = [
+        np.mean(
+            [gaussian_fd(m, c, mu, s * within + between) for m, c in zip(truth.means, truth.covs)]
+        )
+        for s in scales
+    ]
+    np.testing.assert_allclose(theory["all"], expected_all, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(theory["avg"], expected_avg, rtol=1e-9)
+    e3 = e3_table(e3_curves(truth, [0.0, 1.0], bandwidth=1.0)).set_index("curve")
+    assert theory.loc[1.0, "all"] == pytest.approx(
+        e3.loc["FD_all", "value_at_pooled_cov"], abs=1e-9
+    )
+    assert theory["avg"].min() >= e3.loc["FD_avg", "value_at_barycenter"] - 1e-9
+    best_avg = theory["avg"].idxmin()
+    assert theory["all"].idxmin() == 1.0 and best_avg < 0.9
+    draws = fitted_samples(clients, list(scales), n_samples=20000, seed=3)
+    sampled = fd.table((s, *draws[s]) for s in scales)
+    sampled = sampled.pivot(index="model", columns="aggregation", values="fd")
+    assert abs(sampled["all"].idxmin() - 1.0) <= 0.05 + 1e-9
+    assert abs(sampled["avg"].idxmin() - best_avg) <= 0.05 + 1e-9
+
+
+def test_pure_covariance_scaling_has_the_issues_closed_form_argmins():
+    """Clients with one mean (no between-client spread): the fitted family is C_Y = s W
+    with W = mean_i C_i, so s*_all = (f(C_bar)/tr W)^2 = 1 and s*_avg = (mean_i f(C_i) /
+    tr W)^2 with f(C) = tr (W^1/2 C W^1/2)^1/2; FD_avg is least there (a finer grid)."""
+    rng = np.random.default_rng(5)
+    truth = gaussian_truth(rng, d=5, spread=0.0)
+    clients = [rng.multivariate_normal(np.zeros(5), c, size=500) for c in truth.covs]
+    clients = [c - c.mean(axis=0) for c in clients]  # one mean: B = 0 exactly
+    covs = [np.cov(c.T) for c in clients]
+    within = np.mean(covs, axis=0)
+    root = spd_power(within, 0.5)
+    f = [np.sqrt(np.clip(np.linalg.eigvalsh(root @ c @ root), 0, None)).sum() for c in covs]
+    s_avg = (np.mean(f) / np.trace(within)) ** 2
+    grid = [s_avg - 1e-3, s_avg, s_avg + 1e-3, 0.999, 1.0, 1.001]
+    theory = (
+        FdSettings(clients).theory(grid).pivot(index="value", columns="aggregation", values="fd")
+    )
+    avg, all_ = theory["avg"].to_numpy(), theory["all"].to_numpy()
+    assert avg[1] < avg[0] and avg[1] < avg[2] and all_[4] < all_[3] and all_[4] < all_[5]
+    assert s_avg < 1.0
+
+
+def test_between_classes_and_within_add_up_to_the_trace():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 4, 90)
+    x = rng.standard_normal((90, 5)) + 3 * rng.standard_normal((4, 5))[labels]
+    within = sum(((x[labels == c] - x[labels == c].mean(0)) ** 2).sum() for c in range(4)) / 89
+    assert between_classes(x, labels) + within == pytest.approx(np.trace(np.cov(x.T)), rel=1e-12)
+    assert between_classes(x, np.zeros(90)) == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(between_classes(x, None))
+
+
+def test_pre_steps_write_the_fitted_features_and_the_fd_tables(tmp_path):
+    rng = np.random.default_rng(6)
+    x, labels, _ = clustered_clients(rng, k=3, d=5, sizes=[40, 50, 60])
+    client_paths = []
+    for c in range(3):
+        client_paths.append(tmp_path / f"c{c}.npz")
+        np.savez(client_paths[-1], features=x[labels == c].astype(np.float32))
+    settings = {
+        "partition": "p",
+        "seeds": 2,
+        "families": {
+            "fit": {"kind": "fitted", "knob": "s", "values": [0.5, 1.0]},
+            "sim": {"kind": "simulated", "knob": "tau", "values": [1.0]},
+        },
+        "pca_dims": [2],
+    }
+    models = sweep_models(settings)
+    paths = {name: tmp_path / f"{name}.npz" for name in models}
+    fitted = {n: p for n, p in paths.items() if models[n]["family"] == "fit"}
+    write_fitted(settings, client_paths, fitted, n_samples=30, seed=1, weights="size")
+    np.savez(paths["e4-sim-1-s0"], features=x, labels=labels)
+    with np.load(paths["e4-fit-0.5-s1"]) as f:
+        np.testing.assert_array_equal(np.bincount(f["labels"]), [8, 10, 12])  # 30 by n_i
+        half = f["features"]
+    with np.load(paths["e4-fit-1-s1"]) as f:  # the same draw at s = 1 (seed 1 + 1)
+        draws = fitted_samples([x[labels == c] for c in range(3)], [0.5], n_samples=30, seed=2)
+        np.testing.assert_allclose(half, draws[0.5][0], rtol=1e-6)
+        assert not np.allclose(f["features"], half)
+    write_fd(
+        settings,
+        client_paths,
+        paths,
+        tmp_path / "fd.csv",
+        tmp_path / "th.csv",
+        weights="size",
+        seed=0,
+    )
+    fd, theory = pd.read_csv(tmp_path / "fd.csv"), pd.read_csv(tmp_path / "th.csv")
+    assert len(fd) == len(models) * 2 * 2  # settings features and pca2, all and avg
+    assert sorted(set(theory["value"])) == [0.5, 1.0] and len(theory) == 2 * 2 * 2
+    real = fd[(fd.model == "e4-sim-1-s0") & (fd.setting == "features") & (fd.aggregation == "all")]
+    assert real["fd"].iloc[0] == pytest.approx(0.0, abs=1e-9)  # the pool itself
+    assert real["trace_between"].iloc[0] == pytest.approx(between_classes(x, labels), rel=1e-12)

@@ -17,6 +17,7 @@ from distrank.experiments.e9_private_ranking import (
     check,
     e9_figure,
     e9_table,
+    half_epsilon,
     kernel_inputs,
     nested_subsamples,
     read_kernel_inputs,
@@ -149,10 +150,21 @@ def test_figure_has_a_line_per_client_size(tmp_path):
     fig = e9_figure(table)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 2
-    for ax, n_lines in zip(axes, (6, 3)):  # (a): same ranking and same best per size
+    crossing = sum(not np.isnan(half_epsilon(g)) for _, g in table.groupby("client_size"))
+    # (a): the 1/2 line, same ranking and same best per size, a mark where P reaches 1/2
+    for ax, n_lines in zip(axes, (1 + 6 + crossing, 3)):
         assert ax.get_xscale() == "log" and len(ax.get_lines()) == n_lines
         assert "varepsilon" in ax.get_xlabel() and ax.get_ylabel()
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(labels) == 3 and all(label.startswith("$n_i$ = ") for label in labels)
     fig.savefig(tmp_path / "e9.png")
+
+
+def test_half_epsilon_interpolates_in_log_epsilon():
+    rows = pd.DataFrame({"epsilon": [100.0, 1.0, 10.0], "p_same_ranking": [0.8, 0.0, 0.2]})
+    assert half_epsilon(rows) == pytest.approx(10**1.5, rel=1e-12)  # halfway 0.2 -> 0.8
+    assert half_epsilon(rows.assign(p_same_ranking=[0.9, 0.6, 0.7])) == 1.0
+    assert np.isnan(half_epsilon(rows.assign(p_same_ranking=[0.4, 0.0, 0.1])))
 
 
 def test_check_names_the_key():

@@ -11,6 +11,7 @@ from distrank.metrics import (
     GaussianStats,
     frechet_distance,
     frechet_distances,
+    frechet_terms,
     gaussian_stats,
     pool_stats,
     score,
@@ -102,6 +103,25 @@ def test_fewer_rows_than_features_match_the_nuclear_norm_form(n, m):
     assert frechet_distance(sy, sx) == pytest.approx(expected, rel=1e-12)
     bare = [GaussianStats(s.n, s.mean, s.cov) for s in (sx, sy)]  # the eigh factor instead
     assert frechet_distance(*bare) == pytest.approx(expected, rel=1e-12)
+
+
+def test_terms_are_the_closed_form_parts_and_sum_to_fd():
+    """mean = |m1 - m2|^2, the traces, and root = sum of the singular values of
+    A B^T (the nuclear-norm form above), for references x models; FD is their sum."""
+    xs = [RNG.normal(size=(n, 6)) for n in (4, 40)]
+    ys = [RNG.normal(0.5, 1.2, size=(m, 6)) for m in (5, 30, 300)]
+    terms = frechet_terms([gaussian_stats(x) for x in xs], [gaussian_stats(y) for y in ys])
+    for r, x in enumerate(xs):
+        for g, y in enumerate(ys):
+            a = (x - x.mean(axis=0)) / np.sqrt(len(x) - 1)
+            b = (y - y.mean(axis=0)) / np.sqrt(len(y) - 1)
+            got = [t[r, g] for t in (terms.mean, terms.trace_reference, terms.trace_model)]
+            expected = [np.sum((x.mean(0) - y.mean(0)) ** 2), np.sum(a * a), np.sum(b * b)]
+            np.testing.assert_allclose(got, expected, rtol=1e-12)
+            nuclear = np.linalg.svd(a @ b.T, compute_uv=False).sum()
+            assert terms.root[r, g] == pytest.approx(nuclear, rel=1e-12)
+    refs, models = [gaussian_stats(x) for x in xs], [gaussian_stats(y) for y in ys]
+    np.testing.assert_array_equal(terms.fd, frechet_distances(refs, models))
 
 
 def test_gaussian_stats_equal_numpy_in_blocks():

@@ -378,6 +378,11 @@ CASES = {
         lambda c: c["experiments"]["E9"].update(client_sizes=[8, 4]),
         "experiments.E9.client_sizes must increase, got [8, 4]",
     ),
+    "metric an experiment reads not scored": (
+        "E1",
+        lambda c: c["metrics"].update(metrics=["fd"]),
+        "metrics.metrics is ['fd'], but experiments.E1 reads ['kd', 'precision'",
+    ),
     "E10 kd_estimator": (
         "E10",
         lambda c: c["metrics"].update(kd_estimator="subsets"),

@@ -6,6 +6,7 @@ is its registration: key ``E<n>``, output stem ``E<n>_<what_it_is>``
 A module defines
 
     TABLES = ("", "_agreement")   # table suffixes (default ("",)); FIGURES likewise
+    METRICS = ("fd",)             # the metrics its run reads (default: all of them)
     def run(inputs, settings, context) -> Outputs       # the only required function
     def check(settings, config) -> None                 # cross-key config checks
     def scores(settings, config) -> (partition, models) # what it reads from scoring
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display
+from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, METRIC_KEYS, display
 from distrank.metrics.table import COLUMNS as SCORE_COLUMNS
 from distrank.metrics.table import check as check_scores
 from distrank.metrics.table import rank_agreement
@@ -105,6 +106,11 @@ class Experiment:
     @property
     def figures(self) -> tuple[str, ...]:
         return tuple(getattr(self.module, "FIGURES", ("",)))
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The metric keys that its run reads from scoring (``METRICS``; all by default)."""
+        return tuple(getattr(self.module, "METRICS", METRIC_KEYS))
 
     def check(self, settings: Mapping, config: Mapping) -> None:
         if hasattr(self.module, "check"):

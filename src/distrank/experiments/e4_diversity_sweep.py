@@ -3,23 +3,43 @@ r"""E4: a diversity knob on variance-limited clients (one class per client).
 Each *family* is one model swept over one knob that trades diversity for typicality:
 the GAN's truncation :math:`\psi`, the VAE's temperature, the diffusion model's
 guidance scale (diversity falls as guidance grows), a published checkpoint's
-truncation at full scale, and a *simulated* family with a known answer, held-out
-real features pulled toward their class means in feature space (no network),
+truncation at full scale, and two families computed in feature space (no network):
+*simulated*, held-out real features pulled toward their class means,
 
-.. math::  x' = \mu_c + \tau\,(x - \mu_c), \qquad \tau = 1 \text{ is the real data}.
+.. math::  x' = \mu_c + \tau\,(x - \mu_c), \qquad \tau = 1 \text{ is the real data},
+
+and *fitted*, Theorem 2's own setting on the clients' statistics: client i's share
+:math:`\lambda_i` of the samples drawn from :math:`N(\mu_i, s\,C_i)`, :math:`\mu_i, C_i`
+the mean and covariance of its rows (:func:`fitted_samples`), so that the model's
+Gaussian is :math:`N(\bar\mu, sW + B)` (:math:`W = \sum_i \lambda_i C_i`, :math:`B` the
+between-client covariance): FD_all is least at :math:`s = 1`, and FD_avg's least
+:math:`s` follows in closed form (the ``_theory`` table).
 
 For every knob value, metric and aggregation the score is read from the pipeline's
 scoring (clients score locally, the server averages; the pool is scored centrally),
 and the table gives the best knob (argmin for distances, argmax for PRDC) of the
-curve averaged over ``seeds`` sampling seeds, and the spread of each seed's best knob.
-Theorem 1
-makes the KD gap the same for every model, so KD_all and KD_avg pick the same knob;
-Theorem 2 predicts that on variance-limited clients FD_avg, minimised by the
-Wasserstein barycenter of the client Gaussians (no between-client spread), prefers
-*less* diversity than FD_all, minimised by the pooled Gaussian
-(paper.md, "Facts derived from the theory"): the per-family table says whether it
-does in every seed (beyond seed noise), and how Precision and Recall follow the knob
-(Spearman rank correlation with its diversity, as they do for BigGAN's truncation).
+curve averaged over ``seeds`` sampling seeds, the spread of each seed's best knob, and
+the Spearman correlation of the curve with the knob's diversity. Theorem 1 makes the
+KD gap the same for every model, so KD_all and KD_avg pick the same knob. Theorem 2
+predicts that on variance-limited clients FD_avg, minimised by the Wasserstein
+barycenter of the client Gaussians (no between-client spread), prefers *less*
+diversity than FD_all, minimised by the pooled Gaussian (paper.md, "Facts derived from
+the theory"). If a knob scaled the model's covariance, :math:`C_Y = sA`, and left its
+mean alone, the best scales would be :math:`s^*_\mathrm{all} = (f(\bar C)/\operatorname{tr}A)^2`
+and :math:`s^*_\mathrm{avg} = (\sum_i \lambda_i f(C_i)/\operatorname{tr}A)^2` with
+:math:`f(C) = \operatorname{tr}(A^{1/2} C A^{1/2})^{1/2}`, concave and monotone, so
+:math:`s^*_\mathrm{avg} \le s^*_\mathrm{all}` always.
+
+FD is estimated from samples, with a bias that depends on the sample sizes and on the
+spectrum, so on the knob. The centralized pre-step :class:`FdSettings` computes FD in
+several *settings*: ``features`` (as scored), ``pca<d>`` (features projected on the
+pool's first d principal axes, where the samples exceed d many times) and
+``extrapolated`` (FD at several sample sizes, a line in 1/m, its intercept), with
+FD's terms (the mean term, tr C_Y and the root term
+:math:`\operatorname{tr}(C_X^{1/2} C_Y C_X^{1/2})^{1/2}`: FD_all and FD_avg differ only by
+constants and by the root term). The verdict table (``_theorem2``) says, per family and
+setting, where FD_all and FD_avg are best, over how many seeds FD_avg's best knob is
+less, as or more diverse than FD_all's, and (fitted family) where the theory puts them.
 
 Generated families sample only the classes that the clients hold (balanced), so that
 the knob, not the missing classes, is what the scores see; the simulated family uses
@@ -35,33 +55,56 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.experiments import Job, Outputs, check_scores, collected
-from distrank.figures import DOUBLE_COLUMN_IN, metric_label, new_figure, paper_style
+from distrank.figures import DOUBLE_COLUMN_IN, metric_name, new_figure, paper_style
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRIC_KEYS, display
 
 __all__ = [
     "SIMULATED",
+    "FITTED",
+    "FEATURE_KINDS",
     "FAMILY_KINDS",
     "sweep_models",
     "sweep_inputs",
     "partition_classes",
     "pull_to_class_means",
     "write_sweep",
+    "fitted_samples",
+    "write_fitted",
+    "TERMS",
+    "SPLIT",
+    "FEATURES",
+    "EXTRAPOLATED",
+    "pca_basis",
+    "between_classes",
+    "extrapolate",
+    "FdSettings",
+    "write_fd",
     "e4_curves",
     "e4_table",
     "mean_curves",
+    "fd_curves",
+    "theory_table",
     "theorem2_check",
     "e4_figure",
+    "e4_terms_figure",
     "e4_samples_figure",
     "run",
 ]
 
-TABLES = ("", "_curves", "_theorem2")
-FIGURES = ("", "_samples")
+TABLES = ("", "_curves", "_fd", "_theory", "_theorem2")
+FIGURES = ("", "_terms", "_samples")
+#: What it reads from scoring: FD at least (its own pre-step recomputes FD's terms);
+#: the main table gives every metric that the study scores.
+METRICS = ("fd",)
 
 #: Kind of the feature-space family: held-out real features pulled to their class means.
 SIMULATED = "simulated"
-#: Kinds a family may be: the zoo's kinds with a diversity knob, and the simulated one.
-FAMILY_KINDS = ("cgan", "vae", "diffusion", "noise", "blur", "checkpoint", SIMULATED)
+#: Kind of the family drawn from the clients' Gaussians with scaled covariances.
+FITTED = "fitted"
+#: Families made in feature space, without a network or images.
+FEATURE_KINDS = (SIMULATED, FITTED)
+#: Kinds a family may be: the zoo's kinds with a diversity knob, and the feature-space ones.
+FAMILY_KINDS = ("cgan", "vae", "diffusion", "noise", "blur", "checkpoint", *FEATURE_KINDS)
 #: Keys of a family that describe the sweep; the rest is the spec of its models.
 _SWEEP_KEYS = ("knob", "values", "diversity")
 #: The curve keys of one sweep: a family's scores of one metric and aggregation.
@@ -90,8 +133,9 @@ def check(settings: Mapping, config: Mapping) -> None:
 def sweep_models(settings: Mapping) -> dict[str, dict]:
     """Every model of the sweep: ``e4-<family>-<value>`` (``-s<seed>`` appended when
     ``settings`` has ``seeds`` > 1) -> ``{family, knob, value, seed, decreasing,
-    spec}``; ``spec`` is the family's model spec with the knob set. The simulated
-    family has no randomness: it has seed 0 only."""
+    spec}``; ``spec`` is the family's model spec with the knob set (feature-space
+    families: the spec without it). The simulated family has no randomness: it has
+    seed 0 only."""
     n_seeds = settings.get("seeds", 1)
     models = {}
     for family, fam in settings["families"].items():
@@ -106,7 +150,7 @@ def sweep_models(settings: Mapping) -> dict[str, dict]:
                     "value": float(value),
                     "seed": seed,
                     "decreasing": fam.get("diversity", "increasing") == "decreasing",
-                    "spec": {**base, fam["knob"]: value} if base["kind"] != SIMULATED else base,
+                    "spec": base if base["kind"] in FEATURE_KINDS else {**base, fam["knob"]: value},
                 }
     return models
 
@@ -119,11 +163,13 @@ def sweep_inputs(settings: Mapping, model_files, heldout_features: str) -> dict[
     """What the sweep's families are made from, as :func:`write_sweep` reads it: each
     family's files by ``model_files(spec)`` (the workflow's, e.g. ``{"state": path}``)
     named ``<name>_<family>`` (``heldout``, shared, keeps its name), and
-    ``heldout_features`` for the simulated family."""
+    ``heldout_features`` for the simulated family (the fitted family has its own
+    pre-step, :func:`write_fitted`)."""
     inputs = {}
     for family, spec in settings["families"].items():
         if spec["kind"] == SIMULATED:
             inputs["heldout_features"] = heldout_features
+        if spec["kind"] in FEATURE_KINDS:
             continue
         for name, path in model_files(spec).items():
             inputs[name if name == "heldout" else f"{name}_{family}"] = path
@@ -169,7 +215,8 @@ def write_sweep(
     trust_pickles: bool = False,
     threads: int = 1,
 ) -> None:
-    """Pre-step (one job): the images and features of every sweep model.
+    """Pre-step (one job): the images and features of every sweep model but the
+    fitted family's (:func:`write_fitted`).
 
     ``inputs`` holds ``state_<family>`` (a trained zoo state), ``checkpoint_<family>``
     and ``code_<family>`` (a published network), ``heldout`` (held-out images) and
@@ -179,26 +226,18 @@ def write_sweep(
     plus the model's sampling seed.
     """
     from distrank import zoo
-    from distrank._io import atomic_path
     from distrank.data.images import save_images
     from distrank.features import extractor_from_config
-    from distrank.features.cache import extract_to_file, load_features, read_array
+    from distrank.features.cache import extract_to_file
 
     extractor = None
     states = {}
     for name, model in sweep_models(settings).items():
         spec, family = dict(model["spec"]), model["family"]
         kind = spec["kind"]
-        if kind == SIMULATED:
-            x = load_features(inputs["heldout_features"])
-            labels = read_array(inputs["heldout_features"], key="labels")
-            if classes is not None:
-                keep = np.isin(labels, classes)
-                x, labels = x[keep], labels[keep]
-            with atomic_path(outputs[name]["features"]) as tmp:
-                np.savez(
-                    tmp, features=pull_to_class_means(x, labels, model["value"]), labels=labels
-                )
+        if kind in FEATURE_KINDS:
+            if kind == SIMULATED:
+                _write_simulated(inputs["heldout_features"], classes, model["value"], outputs[name])
             continue
         if kind in zoo.FAMILIES:
             if family not in states:
@@ -236,6 +275,20 @@ def write_sweep(
         )
 
 
+def _write_simulated(heldout_path, classes, tau: float, output: Mapping) -> None:
+    """The simulated family's features at ``tau``: the held-out rows of ``classes``
+    pulled to their class means (:func:`pull_to_class_means`), with their labels."""
+    from distrank._io import atomic_path
+    from distrank.features.cache import load_features, read_array
+
+    x, labels = load_features(heldout_path), read_array(heldout_path, key="labels")
+    if classes is not None:
+        keep = np.isin(labels, classes)
+        x, labels = x[keep], labels[keep]
+    with atomic_path(output["features"]) as tmp:
+        np.savez(tmp, features=pull_to_class_means(x, labels, tau), labels=labels)
+
+
 def sweep_centralized(job: Job) -> None:
     """Pre-step ``e4_sweep_models``: :func:`write_sweep` on the rule's files."""
     params = job.params
@@ -257,16 +310,395 @@ def sweep_centralized(job: Job) -> None:
     )
 
 
-STEPS = {"e4_sweep_models": sweep_centralized}
+# -- The fitted family: Theorem 2's own setting on the clients' statistics ------------
+
+
+def fitted_samples(
+    clients: Sequence[np.ndarray],
+    scales: Sequence[float],
+    *,
+    n_samples: int,
+    seed: int,
+    weights: str = "size",
+) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+    r"""Draws of the fitted family at each covariance scale ``s``: client i's share
+    :math:`\lambda_i` of ``n_samples`` rows (largest remainders) from
+    :math:`N(\mu_i, s\,C_i)`, :math:`\mu_i, C_i` the mean and covariance (ddof=1) of
+    its rows :math:`X_i`, drawn as :math:`\mu_i + \sqrt{s}\,(X_i - \mu_i)^\top z /
+    \sqrt{n_i - 1}`, :math:`z \sim N(0, I_{n_i})`: exactly that Gaussian, with no
+    factorisation of :math:`C_i` (singular when :math:`n_i \le d`). Every scale uses
+    the same ``z`` (``numpy.random.default_rng(seed)``). Returns scale -> (features
+    float32 (n_samples, d), client index of each row)."""
+    from distrank.clients import client_weights
+
+    if any(not s >= 0 for s in scales):
+        raise ValueError(f"scales: expected numbers >= 0, got {list(scales)}")
+    sizes = [len(c) for c in clients]
+    if min(sizes, default=0) < 2:
+        raise ValueError(f"clients: each needs at least 2 rows, got sizes {sizes}")
+    counts = _shares(client_weights(sizes, weights), n_samples)
+    rng = np.random.default_rng(seed)
+    parts: dict[float, list[np.ndarray]] = {float(s): [] for s in scales}
+    for rows, count in zip(clients, counts):
+        rows = np.asarray(rows, dtype=np.float64)
+        mean = rows.mean(axis=0)
+        noise = rng.standard_normal((count, len(rows))) @ (rows - mean) / np.sqrt(len(rows) - 1)
+        for s, part in parts.items():
+            part.append((mean + np.sqrt(s) * noise).astype(np.float32))
+    labels = np.repeat(np.arange(len(clients)), counts)
+    return {s: (np.concatenate(part), labels) for s, part in parts.items()}
+
+
+def _shares(weights: np.ndarray, n: int) -> np.ndarray:
+    """``n`` split in proportion to ``weights`` (largest remainders, ties to the first)."""
+    exact = np.asarray(weights, dtype=np.float64) * n
+    counts = np.floor(exact).astype(np.int64)
+    order = np.argsort(-(exact - counts), kind="stable")
+    counts[order[: n - counts.sum()]] += 1
+    return counts
+
+
+def write_fitted(
+    settings: Mapping,
+    client_paths: Sequence,
+    outputs: Mapping[str, str],
+    *,
+    n_samples: int,
+    seed: int,
+    weights: str,
+) -> None:
+    """Pre-step: the features of every fitted-family model, :func:`fitted_samples` of
+    the clients' files, to ``outputs[name]``; seed ``seed`` plus the model's sampling
+    seed, as the image families."""
+    from distrank._io import atomic_path
+    from distrank.features.cache import load_features
+
+    clients = [load_features(p) for p in client_paths]
+    fitted = {n: m for n, m in sweep_models(settings).items() if m["spec"]["kind"] == FITTED}
+    for family, draw_seed in dict.fromkeys((m["family"], m["seed"]) for m in fitted.values()):
+        mine = {n: m for n, m in fitted.items() if (m["family"], m["seed"]) == (family, draw_seed)}
+        draws = fitted_samples(
+            clients,
+            [m["value"] for m in mine.values()],
+            n_samples=n_samples,
+            seed=seed + draw_seed,
+            weights=weights,
+        )
+        for name, model in mine.items():
+            features, labels = draws[model["value"]]
+            with atomic_path(outputs[name]) as tmp:
+                np.savez(tmp, features=features, labels=labels)
+
+
+def fitted_centralized(job: Job) -> None:
+    """Pre-step ``e4_fitted_centralized``: :func:`write_fitted` on the rule's files."""
+    params = job.params
+    write_fitted(
+        params["settings"],
+        job.inputs["clients"],
+        dict(zip(params["models"], job.outputs["features"])),
+        n_samples=params["n_samples"],
+        seed=params["seed"],
+        weights=params["weights"],
+    )
+
+
+# -- FD estimated well: PCA projections, extrapolation to infinite samples, its terms --
+
+#: FD's terms (metrics.fd.FrechetTerms): FD = mean + trace_reference + trace_model - 2 root.
+TERMS = ("mean", "trace_reference", "trace_model", "root")
+#: ... and the part of the model's tr C_Y that lies between its classes (the rest is within).
+SPLIT = "trace_between"
+#: The setting of FD as the pipeline scores it, and of FD extrapolated from it.
+FEATURES, EXTRAPOLATED = "features", "extrapolated"
+
+
+def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
+    """The first ``dims`` principal axes of ``pool``'s rows as a (d, dims) matrix:
+    scikit-learn's PCA with the ``covariance_eigh`` solver (a (d, d) covariance, not
+    an SVD of the rows). FD needs no centring: a shift moves both sides alike."""
+    from sklearn.decomposition import PCA
+
+    if not 1 <= dims <= min(pool.shape):
+        raise ValueError(f"pca_dims: {dims} is not between 1 and {min(pool.shape)}")
+    return PCA(n_components=dims, svd_solver="covariance_eigh").fit(pool).components_.T
+
+
+def extrapolate(sizes: Sequence[float], values) -> np.ndarray:
+    r"""The intercept of the least-squares line through ``values`` (one row per sample
+    size m) in :math:`1/m`: the value at :math:`m \to \infty`, as FID∞ of Chong and
+    Forsyth ("Effectively Unbiased FID and Inception Score and where to find them",
+    CVPR 2020). Each column is fitted on its own."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    if sizes.ndim != 1 or len(np.unique(sizes)) < 2 or values.shape[:1] != sizes.shape:
+        raise ValueError(f"extrapolate: needs one row of values per size, two sizes; got {sizes}")
+    design = np.stack([np.ones_like(sizes), 1.0 / sizes], axis=1)
+    coef, *_ = np.linalg.lstsq(design, values.reshape(len(sizes), -1), rcond=None)
+    return coef[0].reshape(values.shape[1:])
+
+
+def _subsample(n: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """The indices of a random ``fraction`` of ``n`` rows (at least 2), in order."""
+    return np.sort(rng.permutation(n)[: max(2, round(fraction * n))])
+
+
+def between_classes(x: np.ndarray, labels) -> float:
+    r"""The part of :math:`\operatorname{tr} C` (ddof=1) between the classes of the rows,
+    :math:`\sum_c n_c \lVert \mu_c - \mu\rVert^2 / (n - 1)`; the rest,
+    :math:`\sum_c (n_c - 1) \operatorname{tr} C_c / (n - 1)`, is within them. NaN
+    without labels."""
+    if labels is None:
+        return float("nan")
+    classes, index, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    means = np.zeros((len(classes), x.shape[1]))
+    np.add.at(means, index, x)
+    means /= counts[:, None]
+    return float(counts @ ((means - x.mean(axis=0)) ** 2).sum(axis=1) / (len(x) - 1))
+
+
+class _Clients:
+    """The clients' Gaussian statistics in one setting (a PCA basis, a subsample of
+    every client) and the pool's, and their weights."""
+
+    def __init__(self, clients: Sequence[np.ndarray], weights: str, basis=None):
+        from distrank.clients import client_weights
+        from distrank.metrics.fd import gaussian_stats, pool_stats
+
+        self.basis = basis
+        self.clients = [gaussian_stats(self.project(c)) for c in clients]
+        self.pool = pool_stats(self.clients)
+        self.weights = client_weights([s.n for s in self.clients], weights)
+
+    def project(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return x if self.basis is None else x @ self.basis
+
+    def terms(self, models, pool=None) -> list[dict[str, np.ndarray]]:
+        """FD's :data:`TERMS` of each of ``models`` (rows, or Gaussian statistics)
+        against the pool (``all``; ``pool`` in its place if given) and the clients'
+        weighted mean (``avg``), one dict per model."""
+        from distrank.metrics.fd import GaussianStats, frechet_terms, gaussian_stats
+
+        models = [
+            m if isinstance(m, GaussianStats) else gaussian_stats(self.project(m)) for m in models
+        ]
+        t = frechet_terms([*self.clients, pool or self.pool], models)
+        values = np.stack([getattr(t, name) for name in TERMS], axis=2)  # (k + 1, models, 4)
+        return [{"all": v[-1], "avg": self.weights @ v[:-1]} for v in values.swapaxes(0, 1)]
+
+    def fitted(self, scales: Sequence[float]) -> list[dict[str, np.ndarray]]:
+        r"""The terms of the fitted family's own Gaussian :math:`N(\bar\mu, sW + B)` at
+        each scale s, against the clients' Gaussians and against their mixture's,
+        :math:`N(\bar\mu, W + B)` (:math:`\lambda`-weighted, as Theorem 2's pool)."""
+        from distrank.metrics.fd import GaussianStats
+
+        lam, n = self.weights, sum(s.n for s in self.clients)
+        means = np.stack([s.mean for s in self.clients])
+        mean = lam @ means
+        within = sum(w * s.cov for w, s in zip(lam, self.clients))
+        between = (means - mean).T @ ((means - mean) * lam[:, None])
+        models = [GaussianStats(n, mean, s * within + between) for s in scales]
+        return self.terms(models, pool=GaussianStats(n, mean, within + between))
+
+
+class FdSettings:
+    """FD of models against fixed clients in every setting, with its terms.
+
+    ``features``: the clients' rows as they are (what the pipeline scores);
+    ``pca<d>``: clients and models projected on the pool's first d principal axes
+    (:func:`pca_basis`, fitted once); ``extrapolated``: FD's terms at each of
+    ``fractions`` of every sample (each client's rows and the model's, so that their
+    ratio stays put; at fraction 1 the ``features`` value), averaged over ``draws``
+    random subsamples, then extrapolated in 1/m (:func:`extrapolate`). FD's bias is
+    O(1/n + 1/m) (Chong and Forsyth 2020), a line in 1/m while n/m is fixed. A
+    (fraction, draw) subsamples every model with the same generator.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[np.ndarray],
+        *,
+        pca_dims: Sequence[int] = (),
+        extrapolation: Mapping | None = None,
+        weights: str = "size",
+        seed: int = 0,
+    ):
+        self.seed = seed
+        self.spaces = {FEATURES: _Clients(clients, weights)}
+        if pca_dims:  # one fit: the first d axes of the widest are those of d
+            pool = np.concatenate([np.asarray(c, dtype=np.float64) for c in clients])
+            axes = pca_basis(pool, max(pca_dims))
+            for d in pca_dims:
+                self.spaces[f"pca{d}"] = _Clients(clients, weights, axes[:, :d])
+        fractions = sorted((extrapolation or {}).get("fractions", []))
+        if extrapolation and (
+            len(set(fractions)) < 2 or not 0 < fractions[0] <= fractions[-1] <= 1
+        ):
+            raise ValueError(
+                f"extrapolation.fractions: expected two or more in (0, 1], got {fractions}"
+            )
+        self.subsamples = []  # (fraction, draw, the clients' statistics)
+        for f in fractions:
+            for draw in range(1 if f == 1 else extrapolation.get("draws", 1)):
+                rng = self._rng(f, draw, "clients")
+                subs = None if f == 1 else [c[_subsample(len(c), f, rng)] for c in clients]
+                space = self.spaces[FEATURES] if f == 1 else _Clients(subs, weights)
+                self.subsamples.append((f, draw, space))
+
+    def _rng(self, fraction: float, draw: int, side: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, round(fraction * 1e6), draw, int(side == "model")])
+
+    def terms(self, y: np.ndarray, labels=None) -> dict[str, dict[str, np.ndarray]]:
+        """Setting -> aggregation -> FD's :data:`TERMS` and :data:`SPLIT` (by
+        ``labels``, the classes of the rows) for the model with rows ``y``."""
+        out = {name: _terms(space, y, labels) for name, space in self.spaces.items()}
+        if self.subsamples:
+            runs: dict[float, list] = {}
+            for f, draw, space in self.subsamples:
+                keep = slice(None) if f == 1 else _subsample(len(y), f, self._rng(f, draw, "model"))
+                mine = None if labels is None else np.asarray(labels)[keep]
+                runs.setdefault(len(y[keep]), []).append(_terms(space, y[keep], mine))
+            out[EXTRAPOLATED] = {
+                agg: extrapolate(
+                    list(runs), [np.mean([t[agg] for t in r], 0) for r in runs.values()]
+                )
+                for agg in ("all", "avg")
+            }
+        return out
+
+    def table(self, models) -> pd.DataFrame:
+        """Columns ``setting, model, aggregation``, the :data:`TERMS`, :data:`SPLIT`
+        and ``fd``, for each ``(name, rows, labels)`` of ``models`` (an iterable: one
+        model in memory at a time; labels may be None)."""
+        rows = [
+            (setting, name, agg, *values)
+            for name, y, labels in models
+            for setting, by_agg in self.terms(y, labels).items()
+            for agg, values in by_agg.items()
+        ]
+        columns = ["setting", "model", "aggregation", *TERMS, SPLIT]
+        return _with_fd(pd.DataFrame(rows, columns=columns))
+
+    def theory(self, scales: Sequence[float]) -> pd.DataFrame:
+        """The fitted family's FD without sampling (its own Gaussian, not its draws) at each
+        scale, in every setting (``extrapolated`` estimates the ``features`` value):
+        columns ``setting, value, aggregation``, the :data:`TERMS` and ``fd``."""
+        rows = [
+            (setting, float(s), agg, *values)
+            for setting, space in self.spaces.items()
+            for s, terms in zip(scales, space.fitted(scales))
+            for agg, values in terms.items()
+        ]
+        table = pd.DataFrame(rows, columns=["setting", "value", "aggregation", *TERMS])
+        if self.subsamples:
+            table = pd.concat(
+                [table, table[table.setting == FEATURES].assign(setting=EXTRAPOLATED)],
+                ignore_index=True,
+            )
+        return _with_fd(table)
+
+
+def _terms(space: _Clients, y: np.ndarray, labels) -> dict[str, np.ndarray]:
+    """:meth:`_Clients.terms` of one model, with :func:`between_classes` appended."""
+    between = between_classes(space.project(y), labels)
+    return {agg: np.append(values, between) for agg, values in space.terms([y])[0].items()}
+
+
+def _with_fd(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with FD's sum of its terms as column ``fd``."""
+    table["fd"] = (
+        table["mean"] + (table["trace_reference"] + table["trace_model"]) - 2 * table["root"]
+    )
+    return table
+
+
+def write_fd(
+    settings: Mapping,
+    client_paths: Sequence,
+    model_paths: Mapping[str, str],
+    fd_path,
+    theory_path,
+    *,
+    weights: str,
+    seed: int,
+    threads: int = 1,
+) -> None:
+    """Pre-step: :meth:`FdSettings.table` of every sweep model (``fd_path``) and
+    :meth:`FdSettings.theory` at the fitted families' scales (``theory_path``), CSV."""
+    from distrank._io import atomic_open
+    from distrank.features.cache import load_features
+    from distrank.zoo import torch_session
+
+    models = sweep_models(settings)
+    scales = sorted({m["value"] for m in models.values() if m["spec"]["kind"] == FITTED})
+    with torch_session(seed, threads):
+        fd = FdSettings(
+            [load_features(p) for p in client_paths],
+            pca_dims=settings.get("pca_dims", []),
+            extrapolation=settings.get("extrapolation"),
+            weights=weights,
+            seed=seed,
+        )
+        table = fd.table((name, *_rows_and_labels(model_paths[name])) for name in models)
+        theory = fd.theory(scales)
+    for path, frame in ((fd_path, table), (theory_path, theory)):
+        with atomic_open(path, "w") as f:
+            frame.to_csv(f, index=False, lineterminator="\n")
+
+
+def _rows_and_labels(path) -> tuple[np.ndarray, np.ndarray | None]:
+    """A features file's rows and, where it has them, their class labels."""
+    from distrank.features.cache import load_features, read_array
+
+    with np.load(path, allow_pickle=False) as archive:
+        labelled = "labels" in archive.files
+    return load_features(path), read_array(path, "labels") if labelled else None
+
+
+def fd_centralized(job: Job) -> None:
+    """Pre-step ``e4_fd_centralized``: :func:`write_fd` on the rule's files."""
+    params = job.params
+    write_fd(
+        params["settings"],
+        job.inputs["clients"],
+        dict(zip(params["models"], job.inputs["models"])),
+        job.outputs["fd"],
+        job.outputs["theory"],
+        weights=params["weights"],
+        seed=params["seed"],
+        threads=job.threads,
+    )
+
+
+STEPS = {
+    "e4_sweep_models": sweep_centralized,
+    "e4_fitted_centralized": fitted_centralized,
+    "e4_fd_centralized": fd_centralized,
+}
+
+
+def _model_info(models: Mapping[str, Mapping]) -> pd.DataFrame:
+    """One row per sweep model: ``model, family, knob, value, seed, diversity``."""
+    return pd.DataFrame(
+        [
+            {
+                "model": name,
+                **{k: m[k] for k in ("family", "knob", "value", "seed")},
+                "diversity": "decreasing" if m["decreasing"] else "increasing",
+            }
+            for name, m in models.items()
+        ]
+    )
 
 
 def e4_curves(
     scores: pd.DataFrame, models: Mapping[str, Mapping], metrics: Sequence[str] = METRIC_KEYS
 ) -> pd.DataFrame:
-    """Every score of the sweep: ``family, knob, value, seed, metric, aggregation,
-    score`` (metric display names; aggregations ``all`` and ``avg``), ordered by
-    family (as in ``models``), metric, aggregation, seed and knob value. ``models`` is
-    :func:`sweep_models`."""
+    """Every score of the sweep: ``family, knob, diversity, value, seed, metric,
+    aggregation, score`` (metric display names; aggregations ``all`` and ``avg``),
+    ordered by family (as in ``models``), metric, aggregation, seed and knob value.
+    ``models`` is :func:`sweep_models`."""
     check_scores(scores, metrics)
     rows = scores[
         scores["aggregation"].isin(["all", "avg"])
@@ -276,12 +708,7 @@ def e4_curves(
     missing = sorted(set(models) - set(rows["model"]))
     if missing:
         raise ValueError(f"scores have no rows for the sweep models {missing}")
-    info = pd.DataFrame(
-        [
-            {"model": name, **{k: m[k] for k in ("family", "knob", "value", "seed")}}
-            for name, m in models.items()
-        ]
-    )
+    info = _model_info(models)
     out = rows.merge(info, on="model")
     out = out.rename(columns={"value_x": "score", "value_y": "value"})
     families = list(dict.fromkeys(info["family"]))
@@ -290,7 +717,25 @@ def e4_curves(
     out = out.sort_values(_CURVE + ["seed", "value"]).reset_index(drop=True)
     out["family"] = out["family"].astype(str)
     out["metric"] = out["metric"].map(display).astype(str)
-    return out[["family", "knob", "value", "seed", "metric", "aggregation", "score"]]
+    return out[["family", "knob", "diversity", "value", "seed", "metric", "aggregation", "score"]]
+
+
+def fd_curves(fd: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
+    """The pre-step's FD table (:meth:`FdSettings.table`) with each model's family and
+    knob: ``setting, family, knob, diversity, value, seed, aggregation``, the
+    :data:`TERMS`, :data:`SPLIT` and ``fd``, ordered by setting, family, aggregation,
+    seed and value."""
+    missing = sorted(set(models) - set(fd["model"]))
+    if missing:
+        raise ValueError(f"the FD table has no rows for the sweep models {missing}")
+    out = fd.merge(_model_info(models), on="model")
+    order = {k: {v: i for i, v in enumerate(dict.fromkeys(out[k]))} for k in ("setting", "family")}
+    out = out.sort_values(
+        ["setting", "family", "aggregation", "seed", "value"],
+        key=lambda col: col.map(order[col.name]) if col.name in order else col,
+    )
+    keys = ["setting", "family", "knob", "diversity", "value", "seed", "aggregation"]
+    return out[[*keys, *TERMS, SPLIT, "fd"]].reset_index(drop=True)
 
 
 def mean_curves(curves: pd.DataFrame) -> pd.DataFrame:
@@ -319,16 +764,21 @@ def _seed_bests(curve: pd.DataFrame, higher: bool) -> pd.Series:
 def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
     """Per family, metric and aggregation: the best knob value of the seed-averaged
     curve (argmin for distances, argmax for PRDC; the lowest knob value among ties),
-    the score there, the lowest and highest of the seeds' own best values, and whether
-    the best value is ``interior`` (not an end of the grid). Columns ``family, knob,
-    metric, aggregation, best_value, best_score, seed_best_min, seed_best_max,
-    interior, n_values, n_seeds``."""
+    the score there, the lowest and highest of the seeds' own best values, whether
+    the best value is ``interior`` (not an end of the grid), and ``rho_diversity``, the
+    Spearman rank correlation of the seed-averaged score with the knob's diversity
+    (more diversity should buy Recall and cost Precision, as BigGAN's truncation
+    does). Columns ``family, knob, metric, aggregation, best_value, best_score,
+    seed_best_min, seed_best_max, interior, n_values, n_seeds, rho_diversity``."""
+    from scipy.stats import spearmanr
+
     higher = {display(k): v for k, v in HIGHER_IS_BETTER.items()}
     rows = []
     for (family, metric, agg), group in curves.groupby(_CURVE, sort=False):
         mean = group.groupby("value")["score"].mean()
-        best = _best(mean.to_numpy(float), higher[metric])
-        per_seed = _seed_bests(group, higher[metric])
+        best = _best(mean.to_numpy(float), higher.get(metric, False))
+        per_seed = _seed_bests(group, higher.get(metric, False))
+        sign = -1 if group["diversity"].iloc[0] == "decreasing" else 1
         rows.append(
             {
                 "family": family,
@@ -342,137 +792,224 @@ def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
                 "interior": 0 < best < len(mean) - 1,
                 "n_values": len(mean),
                 "n_seeds": len(per_seed),
+                "rho_diversity": float(spearmanr(sign * mean.index, mean.to_numpy()).statistic),
             }
         )
     return pd.DataFrame(rows)
 
 
-def theorem2_check(
-    curves: pd.DataFrame, models: Mapping[str, Mapping], metric: str = "FD"
-) -> pd.DataFrame:
-    """Per family: where ``<metric>_all`` and ``<metric>_avg`` are best (on the
-    seed-averaged curves), in how many seeds avg's best knob lies at lower diversity
-    than all's (Theorem 2's prediction for FD), at the same or at higher, and the
-    verdict: ``"less diverse"``, ``"same"`` or ``"more diverse"`` when every seed
-    agrees, else ``"within seed noise"``. Diversity grows with the knob unless the
-    family says ``diversity: decreasing`` (guidance). ``rho_recall`` and
-    ``rho_precision`` are the Spearman rank correlations of the knob's diversity with
-    the seed-averaged Recall_all and Precision_all (NaN without those metrics).
+def theory_table(theory: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
+    """The pre-step's theory (:meth:`FdSettings.theory`) for each fitted family:
+    ``family, knob, diversity, setting, value, aggregation``, the :data:`TERMS` and
+    ``fd``."""
+    columns = ["family", "knob", "diversity", "setting", "value", "aggregation", *TERMS, "fd"]
+    fitted = {n: m for n, m in models.items() if m["spec"]["kind"] == FITTED}
+    if not fitted:
+        return pd.DataFrame(columns=columns)
+    parts = [
+        theory[theory["value"].isin(set(group["value"]))].assign(
+            family=family, knob=group["knob"].iloc[0], diversity=group["diversity"].iloc[0]
+        )
+        for family, group in _model_info(fitted).groupby("family", sort=False)
+    ]
+    return pd.concat(parts, ignore_index=True)[columns]
 
-    Columns ``family, knob, diversity, best_all, best_avg, interior, seeds_less,
-    seeds_same, seeds_more, avg_vs_all, rho_recall, rho_precision``."""
-    from scipy.stats import spearmanr
 
-    decreasing = {m["family"]: m["decreasing"] for m in models.values()}
-    fd = curves[curves["metric"] == metric]
-    table = e4_table(fd).set_index(["family", "aggregation"])
-    mean = mean_curves(curves[curves["aggregation"] == "all"])
+def _as_curves(fd: pd.DataFrame) -> pd.DataFrame:
+    """FD rows of :func:`fd_curves` (or of the theory, seed 0) as :func:`e4_table`'s curves."""
+    return fd.assign(metric="FD", score=fd["fd"], seed=fd.get("seed", 0))
+
+
+def theorem2_check(fd: pd.DataFrame, theory: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The verdict, per family and FD setting (``fd``: :func:`fd_curves`): where FD_all
+    and FD_avg are best on the seed-averaged curves and the range of the seeds' own
+    best knobs, in how many seeds FD_avg's best knob lies at lower diversity than
+    FD_all's (Theorem 2's prediction), at the same or at higher, and ``avg_vs_all``:
+    ``"less diverse"``, ``"same"`` or ``"more diverse"`` when every seed agrees, else
+    ``"within seed noise"``. Diversity grows with the knob unless the family says
+    ``diversity: decreasing`` (guidance). For a fitted family ``theory_all`` and
+    ``theory_avg`` are the best knobs of its FD without sampling (``theory``:
+    :func:`theory_table`; NaN elsewhere).
+
+    Columns ``family, knob, diversity, setting, best_all, all_seed_min, all_seed_max,
+    best_avg, avg_seed_min, avg_seed_max, interior, seeds_less, seeds_same,
+    seeds_more, avg_vs_all, theory_all, theory_avg``."""
     rows = []
-    for family in dict.fromkeys(curves["family"]):
-        sign = -1 if decreasing[family] else 1
-        b_all, b_avg = table.loc[(family, "all")], table.loc[(family, "avg")]
-        best = {
-            a: _seed_bests(g, False) for a, g in fd[fd["family"] == family].groupby("aggregation")
-        }
+    for (setting, family), group in fd.groupby(["setting", "family"], sort=False):
+        curves = _as_curves(group)
+        table = e4_table(curves).set_index("aggregation")
+        best = {a: _seed_bests(g, False) for a, g in curves.groupby("aggregation")}
+        sign = -1 if group["diversity"].iloc[0] == "decreasing" else 1
         shifts = sign * np.sign(best["avg"] - best["all"])
         counts = {k: int((shifts == v).sum()) for k, v in (("less", -1), ("same", 0), ("more", 1))}
         verdict = [k for k, n in counts.items() if n == len(shifts)]
-        rho = {}
-        for name in ("Recall", "Precision"):
-            curve = mean[(mean["family"] == family) & (mean["metric"] == name)]
-            rho[name] = (
-                float(spearmanr(sign * curve["value"], curve["score"]).statistic)
-                if len(curve)
-                else float("nan")
-            )
+        exact = {"all": np.nan, "avg": np.nan}
+        if theory is not None:
+            mine = theory[(theory["family"] == family) & (theory["setting"] == setting)]
+            if len(mine):
+                exact = e4_table(_as_curves(mine)).set_index("aggregation")["best_value"]
         rows.append(
             {
                 "family": family,
-                "knob": b_all["knob"],
-                "diversity": "decreasing" if decreasing[family] else "increasing",
-                "best_all": b_all["best_value"],
-                "best_avg": b_avg["best_value"],
-                "interior": bool(b_all["interior"] and b_avg["interior"]),
-                "seeds_less": counts["less"],
-                "seeds_same": counts["same"],
-                "seeds_more": counts["more"],
+                "knob": group["knob"].iloc[0],
+                "diversity": group["diversity"].iloc[0],
+                "setting": setting,
+                **{
+                    col: table.loc[agg, key]
+                    for agg in ("all", "avg")
+                    for col, key in (
+                        (f"best_{agg}", "best_value"),
+                        (f"{agg}_seed_min", "seed_best_min"),
+                        (f"{agg}_seed_max", "seed_best_max"),
+                    )
+                },
+                "interior": bool(table["interior"].all()),
+                **{f"seeds_{k}": n for k, n in counts.items()},
                 "avg_vs_all": {"less": "less diverse", "same": "same", "more": "more diverse"}[
                     verdict[0]
                 ]
                 if verdict
                 else "within seed noise",
-                "rho_recall": rho["Recall"],
-                "rho_precision": rho["Precision"],
+                "theory_all": float(exact["all"]),
+                "theory_avg": float(exact["avg"]),
             }
         )
     return pd.DataFrame(rows)
 
 
-_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+_AGG_STYLE = {
+    "all": {"color": "tab:blue", "ls": "-", "marker": "o"},
+    "avg": {"color": "tab:orange", "ls": "--", "marker": "s"},
+}
 
 
-def e4_figure(curves: pd.DataFrame, table: pd.DataFrame, extractor: str) -> Figure:
-    """One panel per metric (``curves``: :func:`mean_curves`): each curve's distance from its best score as a share of
-    its range, ``|score - best| / (max - min)`` over the knob values (0 at the best
-    value, 1 at the worst), so that curves of very different levels share a panel; one
-    colour per family, ``all`` solid and ``avg`` dashed, the best values marked (a dot
-    for all, a cross for avg). The families' knobs share the x axis (each spans its own
-    values); the levels are in the table. KD's two curves coincide: the gap is the
-    same for every model (Theorem 1)."""
+def _setting_label(setting: str, extractor: str) -> str:
+    """How a setting names FD on an axis."""
+    fd = metric_name("fd", extractor)
+    if setting.startswith("pca"):
+        return f"{fd}, PCA to {setting[3:]} dims"
+    return {FEATURES: f"{fd} as scored", EXTRAPOLATED: rf"{fd}$_\infty$ (line in 1/m)"}.get(
+        setting, f"{fd}, {setting}"
+    )
+
+
+def _grid(fd: pd.DataFrame, height_per_row: float):
+    """A figure with one row per setting and one column per family of ``fd``."""
+    settings = list(dict.fromkeys(fd["setting"]))
+    families = list(dict.fromkeys(fd["family"]))
+    fig, axes = new_figure(
+        len(settings),
+        len(families),
+        width="double",
+        height=height_per_row * len(settings) + 0.7,
+        sharex="col",
+    )
+    return fig, axes, settings, families
+
+
+def _knob_axis(ax, group: pd.DataFrame, last_row: bool) -> None:
+    if last_row:
+        arrow = "less" if group["diversity"].iloc[0] == "decreasing" else "more"
+        ax.set_xlabel(f"{group['knob'].iloc[0]}\n({arrow} diverse →)")
+
+
+def e4_figure(fd: pd.DataFrame, theory: pd.DataFrame, extractor: str) -> Figure:
+    """FD_all (solid) and FD_avg (dashed) against the knob, one row per FD setting and
+    one column per family (``fd``: :func:`fd_curves`): the seeds' mean with the band
+    of the lowest to highest seed, the best knob of each mean curve marked (a filled
+    marker), and for a fitted family its FD without sampling (thin grey, ``theory``:
+    :func:`theory_table`) with its best knobs (open markers). Both aggregations
+    share one y axis, so the gap FD_avg - FD_all shows."""
     from matplotlib.lines import Line2D
 
-    metrics = list(dict.fromkeys(curves["metric"]))
-    families = list(dict.fromkeys(curves["family"]))
-    knobs = dict(zip(curves["family"], curves["knob"]))
-    colors = dict(zip(families, _COLORS))
-    keys = {display(k): k for k in METRIC_KEYS}
-    ncols = 3
-    nrows = -(-len(metrics) // ncols)
     with paper_style():
-        fig, axes = new_figure(nrows, ncols, width="double", height=2.0 * nrows + 0.6)
-        for ax in axes.flat[len(metrics) :]:
-            ax.set_visible(False)
-        for ax, metric in zip(axes.flat, metrics):
-            for family in families:
-                for agg, ls, marker in (("all", "-", "o"), ("avg", "--", "x")):
-                    rows = curves[
-                        (curves["family"] == family)
-                        & (curves["metric"] == metric)
-                        & (curves["aggregation"] == agg)
-                    ]
-                    best = table[
-                        (table["family"] == family)
-                        & (table["metric"] == metric)
-                        & (table["aggregation"] == agg)
-                    ].iloc[0]
-                    span = float(rows["score"].max() - rows["score"].min()) or 1.0
-                    ax.plot(
-                        rows["value"],
-                        (rows["score"] - best["best_score"]).abs() / span,
-                        ls=ls,
-                        color=colors[family],
-                        lw=1.0,
-                    )
-                    ax.plot(
-                        best["best_value"],
-                        0.0,
-                        marker=marker,
-                        ms=5,
-                        mew=1.2,
-                        color=colors[family],
-                        zorder=3,
-                        clip_on=False,
-                    )
-            ax.set_xlabel("knob value")
-            shown, where = metric_label(keys.get(metric, metric), extractor).split(" on ", 1)
-            ax.set_ylabel(f"{shown}: |score $-$ best| / range\non {where}")
-            ax.set_ylim(0.0, 1.04)
-        handles = [Line2D([], [], color=colors[f], label=f"{f} ({knobs[f]})") for f in families]
-        handles += [
-            Line2D([], [], color="0.3", ls="-", marker="o", ms=4, label="all, best"),
-            Line2D([], [], color="0.3", ls="--", marker="x", ms=4, mew=1.2, label="avg, best"),
+        fig, axes, settings, families = _grid(fd, 1.45)
+        for r, setting in enumerate(settings):
+            for c, family in enumerate(families):
+                ax = axes[r, c]
+                mine = fd[(fd["setting"] == setting) & (fd["family"] == family)]
+                exact = theory[(theory["setting"] == setting) & (theory["family"] == family)]
+                for agg, style in _AGG_STYLE.items():
+                    _curve_with_band(ax, mine[mine["aggregation"] == agg], exact, agg, style)
+                _knob_axis(ax, mine, r == len(settings) - 1)
+                if r == 0:
+                    ax.set_title(family, loc="left")
+                if c == 0:
+                    ax.set_ylabel(_setting_label(setting, extractor))
+        handles = [
+            Line2D([], [], color=s["color"], ls=s["ls"], label=rf"FD$_\mathrm{{{a}}}$, seeds' band")
+            for a, s in _AGG_STYLE.items()
+        ] + [
+            Line2D([], [], color="0.3", ls="", marker="o", label="best knob (seeds' mean)"),
+            Line2D(
+                [], [], color="0.55", lw=0.8, marker="o", mfc="white", label="fitted: no sampling"
+            ),
         ]
-        fig.legend(handles=handles, loc="outside lower center", ncols=3)
+        fig.legend(handles=handles, loc="outside lower center", ncols=4)
+    return fig
+
+
+def _curve_with_band(ax, rows: pd.DataFrame, exact: pd.DataFrame, agg: str, style) -> None:
+    """One aggregation's seed mean, seeds' band and best knob (and its theory)."""
+    by_value = rows.groupby("value")["fd"]
+    mean, low, high = by_value.mean(), by_value.min(), by_value.max()
+    ax.fill_between(mean.index, low, high, color=style["color"], alpha=0.2, lw=0)
+    ax.plot(mean.index, mean, color=style["color"], ls=style["ls"], lw=1.0)
+    best = int(np.argmin(mean.to_numpy()))
+    ax.plot(mean.index[best], mean.iloc[best], marker=style["marker"], color=style["color"], ms=4)
+    exact = exact[exact["aggregation"] == agg].sort_values("value")
+    if len(exact):
+        ax.plot(exact["value"], exact["fd"], color="0.55", lw=0.8, ls=style["ls"], zorder=1)
+        i = int(np.argmin(exact["fd"].to_numpy()))
+        ax.plot(
+            exact["value"].iloc[i],
+            exact["fd"].iloc[i],
+            marker=style["marker"],
+            mfc="white",
+            color=style["color"],
+            ms=4,
+        )
+
+
+def e4_terms_figure(fd: pd.DataFrame, extractor: str) -> Figure:
+    """What moves the best knob: FD's terms against the knob, each as its change from
+    the first knob value (seeds' mean), one row per setting and one column per family:
+    the mean term ``|mu_X - mu_Y|^2`` (black; FD_avg's differs by a constant), the model's
+    tr C_Y (shared) split into its parts within (green) and between (purple) its
+    classes, and -2 tr(C_X^1/2 C_Y C_X^1/2)^1/2 against the pool (blue) and averaged
+    over the clients (orange, dashed). FD_all's change is black + green + purple +
+    blue, FD_avg's black + green + purple + orange: only the root term tells them
+    apart, and a knob that scaled C_Y would move green and purple together."""
+    from matplotlib.lines import Line2D
+
+    fd = fd.assign(within=fd["trace_model"] - fd[SPLIT], root=-2 * fd["root"])
+    lines = {
+        ("all", "mean"): {"color": "black", "ls": "-", "label": r"$|\mu_X-\mu_Y|^2$"},
+        ("all", "within"): {"color": "tab:green", "ls": "-", "label": r"tr $C_Y$ within classes"},
+        ("all", SPLIT): {"color": "tab:purple", "ls": "-", "label": r"tr $C_Y$ between classes"},
+        ("all", "root"): {"color": "tab:blue", "ls": "-", "label": r"$-2$ root, all"},
+        ("avg", "root"): {"color": "tab:orange", "ls": "--", "label": r"$-2$ root, avg"},
+    }
+    with paper_style():
+        fig, axes, settings, families = _grid(fd, 1.3)
+        for r, setting in enumerate(settings):
+            for c, family in enumerate(families):
+                ax = axes[r, c]
+                mine = fd[(fd["setting"] == setting) & (fd["family"] == family)]
+                for (agg, term), style in lines.items():
+                    curve = mine[mine["aggregation"] == agg].groupby("value")[term].mean()
+                    change = curve - curve.iloc[0]
+                    ax.plot(change.index, change, color=style["color"], ls=style["ls"], lw=1.0)
+                ax.axhline(0, color="0.8", lw=0.5, zorder=0)
+                _knob_axis(ax, mine, r == len(settings) - 1)
+                if r == 0:
+                    ax.set_title(family, loc="left")
+                if c == 0:
+                    ax.set_ylabel(f"change of each term\n{_setting_label(setting, extractor)}")
+        handles = [
+            Line2D([], [], color=s["color"], ls=s["ls"], label=s["label"]) for s in lines.values()
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=5)
     return fig
 
 
@@ -524,17 +1061,20 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     from distrank.data.images import load_images
 
     models = sweep_models(settings)
-    curves = e4_curves(collected(inputs, context), models)
-    table = e4_table(curves)
+    scored = context["metrics"].get("metrics", METRIC_KEYS)
+    curves = e4_curves(collected(inputs, context), models, scored)
+    fd = fd_curves(pd.read_csv(inputs["fd"]), models)
+    theory = theory_table(pd.read_csv(inputs["theory"]), models)
+    verdict = theorem2_check(fd, theory)
     samples = {}
     for path in inputs.get("images", []):
         name = str(path).rsplit("/", 1)[-1].removeprefix("model_").removesuffix(".npz")
         if models[name]["seed"] == 0:
             samples[name] = load_images(path)[0][:12]
     figures = {
-        "": e4_figure(mean_curves(curves), table, context["extractor"]),
+        "": e4_figure(fd, theory, context["extractor"]),
+        "_terms": e4_terms_figure(fd, context["extractor"]),
         "_samples": e4_samples_figure(samples, models),
     }
-    return Outputs(
-        {"": table, "_curves": curves, "_theorem2": theorem2_check(curves, models)}, figures
-    )
+    tables = {"": e4_table(curves), "_curves": curves, "_fd": fd, "_theory": theory}
+    return Outputs({**tables, "_theorem2": verdict}, figures)

@@ -40,6 +40,7 @@ __all__ = [
     "write_kernel_inputs",
     "read_kernel_inputs",
     "e9_table",
+    "half_epsilon",
     "e9_figure",
 ]
 
@@ -343,17 +344,44 @@ def e9_table(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def half_epsilon(rows: pd.DataFrame) -> float:
+    """The epsilon at which ``p_same_ranking`` of one client size first reaches 1/2,
+    interpolated linearly in log epsilon between the grid points around it (NaN if it
+    stays below 1/2 on the grid; the first epsilon if it starts above)."""
+    rows = rows.sort_values("epsilon")
+    eps, p = np.log(rows["epsilon"].to_numpy(float)), rows["p_same_ranking"].to_numpy(float)
+    above = np.flatnonzero(p >= 0.5)
+    if not above.size:
+        return float("nan")
+    i = above[0]
+    if i == 0:
+        return float(np.exp(eps[0]))
+    return float(np.exp(np.interp(0.5, [p[i - 1], p[i]], [eps[i - 1], eps[i]])))
+
+
 def e9_figure(table: pd.DataFrame) -> Figure:
     """Two panels against epsilon (log axis), one colour per client size: (a) P(private
     KD_avg ranking = KD_all ranking) with its 95 % Clopper-Pearson band (solid), and
-    P(same best model) (dashed); (b) the mean Kendall tau."""
+    P(same best model) (dashed), the epsilon where the first reaches 1/2 marked
+    (:func:`half_epsilon`, in the legend too); (b) the mean Kendall tau."""
     with paper_style():
-        fig, axes = new_figure(1, 2, width="double", height=2.6)
+        fig, axes = new_figure(1, 2, width="double", height=3.0)
         sizes = sorted(table.client_size.unique())
         colours = [f"C{i}" for i in range(len(sizes))]
+        axes[0, 0].axhline(0.5, color="0.75", lw=0.6, ls=":", zorder=0)
         for size, colour in zip(sizes, colours):
             rows = table[table.client_size == size].sort_values("epsilon")
-            label = f"$n_i$ = {size}"
+            half = half_epsilon(rows)
+            if np.isnan(half):
+                reach = rf"below 1/2 up to $\varepsilon$ = {rows.epsilon.max():g}"
+            else:
+                reach = (
+                    rf"1/2 at $\varepsilon$ ≈ {half:.2g}"
+                    if half < 10
+                    else rf"1/2 at $\varepsilon$ ≈ {half:.0f}"
+                )
+                axes[0, 0].plot(half, 0.5, marker="|", ms=9, mew=1.5, color=colour)
+            label = f"$n_i$ = {size} ({reach})"
             axes[0, 0].plot(rows.epsilon, rows.p_same_ranking, "o-", color=colour, label=label)
             axes[0, 0].fill_between(
                 rows.epsilon, rows.p_low, rows.p_high, color=colour, alpha=0.15, lw=0
@@ -383,7 +411,8 @@ def e9_figure(table: pd.DataFrame) -> Figure:
         fig.legend(
             handles,
             labels,
-            loc="outside right center",
-            title=f"rows per client\n({n_clients} clients,\n{n_draws} draws)",
+            loc="outside lower center",
+            ncols=len(labels),
+            title=f"rows per client ({n_clients} clients, {n_draws} draws)",
         )
     return fig

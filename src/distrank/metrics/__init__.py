@@ -14,6 +14,8 @@ _LAZY = {
     "GaussianStats": "fd",
     "frechet_distance": "fd",
     "frechet_distances": "fd",
+    "FrechetTerms": "fd",
+    "frechet_terms": "fd",
     "gaussian_stats": "fd",
     "pool_stats": "fd",
     "KernelSums": "kd",

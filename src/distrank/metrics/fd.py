@@ -115,10 +115,35 @@ def frechet_distance(a: GaussianStats, b: GaussianStats, *, device=None) -> floa
     return float(frechet_distances([a], [b], device=device)[0, 0])
 
 
+@dataclass(frozen=True)
+class FrechetTerms:
+    """The terms of FD for every (reference, model) pair, each a (references, models)
+    array: ``mean`` ``|m1 - m2|^2``, ``trace_reference`` tr C1, ``trace_model`` tr C2
+    and ``root`` tr (C1^1/2 C2 C1^1/2)^1/2, so that FD = mean + traces - 2 root."""
+
+    mean: np.ndarray
+    trace_reference: np.ndarray
+    trace_model: np.ndarray
+    root: np.ndarray
+
+    @property
+    def fd(self) -> np.ndarray:
+        # summed as before the terms were kept: FD is bitwise what it was
+        return self.mean + (self.trace_reference + self.trace_model) - 2.0 * self.root
+
+
 def frechet_distances(
     references: Sequence[GaussianStats], models: Sequence[GaussianStats], *, device=None
 ) -> np.ndarray:
-    """FD of every (reference, model) pair as a (len(references), len(models)) array.
+    """FD of every (reference, model) pair as a (len(references), len(models)) array
+    (the sum of :func:`frechet_terms`)."""
+    return frechet_terms(references, models, device=device).fd
+
+
+def frechet_terms(
+    references: Sequence[GaussianStats], models: Sequence[GaussianStats], *, device=None
+) -> FrechetTerms:
+    """The terms of FD of every (reference, model) pair.
 
     Of each pair, the side with the lower rank bound min(n - 1, d) is factored (its
     kept rows, else ``sqrt_factor``), once per statistics and reused for all its
@@ -129,16 +154,19 @@ def frechet_distances(
     if len(dims) > 1:
         raise ValueError(f"stats: dimensions differ between references and models: {sorted(dims)}")
     cache = _Factors(stats, resolve_device(device))
-    out = np.empty((len(references), len(models)))
+    shape = (len(references), len(models))
+    mean, root = np.empty(shape), np.empty(shape)
     for r, ref in enumerate(references):
         for g, model in enumerate(models):
             i, j = r, len(references) + g
             if cache.rank_bound(j) < cache.rank_bound(i):
                 i, j = j, i
-            mean_term = float(np.sum((ref.mean - model.mean) ** 2))
-            traces = float(np.trace(ref.cov)) + float(np.trace(model.cov))
-            out[r, g] = mean_term + traces - 2.0 * _root_trace(cache.factor(i), cache.cov(j))
-    return out
+            mean[r, g] = float(np.sum((ref.mean - model.mean) ** 2))
+            root[r, g] = _root_trace(cache.factor(i), cache.cov(j))
+    traces = [float(np.trace(s.cov)) for s in stats]
+    trace_reference = np.repeat(np.array(traces[: len(references)])[:, None], shape[1], axis=1)
+    trace_model = np.repeat(np.array(traces[len(references) :])[None, :], shape[0], axis=0)
+    return FrechetTerms(mean, trace_reference, trace_model, root)
 
 
 class _Factors:
