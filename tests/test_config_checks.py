@@ -156,3 +156,26 @@ def test_untrusted_checkpoints_warn():
     (warning,) = check(cfg)
     assert warning.startswith("config: trust_pickles is false, so generating sg will fail: ")
     assert check({**cfg, "trust_pickles": True}) == []
+
+
+def test_a_knob_a_model_does_not_have_is_named_before_any_job():
+    import copy
+
+    import yaml
+
+    from distrank.config import check
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    typo = copy.deepcopy(config)
+    typo["models"]["cgan-t1"] = {"kind": "cgan", "truncaton": 1.0}
+    with pytest.raises(
+        ValueError, match=r"^config: models.cgan-t1.truncaton: a cgan model has no knob 'truncaton'"
+    ):
+        check(typo)
+    sweep = copy.deepcopy(config)
+    sweep["experiments"]["E4"]["families"]["vae"]["knob"] = "temprature"
+    with pytest.raises(
+        ValueError,
+        match=r"E4.families.vae.knob: a vae model has no knob 'temprature'; its knobs: \['temperature'\]",
+    ):
+        check(sweep)

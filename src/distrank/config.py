@@ -86,6 +86,9 @@ def _check_models(config: Mapping) -> None:
                 "models (E2's e2-G1, E5's e5-fedavg-r01, ...); rename it"
             )
         kind = spec["kind"]
+        if kind in zoo.FAMILIES or kind in zoo.FROM_HELDOUT:  # every other key a knob
+            for key in sorted(set(spec) - {"kind"}):
+                zoo.check_knob(kind, key, f"config: models.{name}.{key}")
         if kind in zoo.FAMILIES and kind not in config.get("zoo", {}):
             raise ValueError(f"config: models.{name} is a {kind}, but zoo.{kind} is not set")
         if kind in zoo.FROM_HELDOUT and "heldout" not in config:

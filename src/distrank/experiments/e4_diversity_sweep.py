@@ -128,6 +128,8 @@ def check(settings: Mapping, config: Mapping) -> None:
             )
         if spec["kind"] not in FAMILY_KINDS:
             raise ValueError(f"{where}.kind: unknown {spec['kind']!r}")
+        if spec["kind"] not in FEATURE_KINDS:  # a typo fails here, not in a job's sampler
+            zoo.check_knob(spec["kind"], spec["knob"], f"{where}.knob")
 
 
 def sweep_models(settings: Mapping) -> dict[str, dict]:
@@ -239,31 +241,28 @@ def write_sweep(
             if kind == SIMULATED:
                 _write_simulated(inputs["heldout_features"], classes, model["value"], outputs[name])
             continue
-        if kind in zoo.FAMILIES:
+        own = {
+            "checkpoint": inputs.get(f"checkpoint_{family}"),
+            "code": inputs.get(f"code_{family}"),
+            "heldout": inputs.get("heldout"),
+        }
+        sampling = {}
+        if kind in zoo.FAMILIES:  # one state per family, class-conditional on the clients'
             if family not in states:
                 states[family] = zoo.load_state(inputs[f"state_{family}"])
-            state = states[family]
             labels = None if classes is None else np.resize(np.asarray(classes), n_samples)
-            knobs = {k: v for k, v in spec.items() if k != "kind"}
-            images, labels = zoo.sample(
-                state, n_samples, seed=seed + model["seed"], labels=labels, threads=threads, **knobs
-            )
-        else:
-            own = {
-                "checkpoint": inputs.get(f"checkpoint_{family}"),
-                "code": inputs.get(f"code_{family}"),
-                "heldout": inputs.get("heldout"),
-            }
-            images, labels = zoo.make_images(
-                spec,
-                n_samples,
-                seed=seed + model["seed"],
-                inputs=own,
-                batch_size=batch_size,
-                device=device,
-                trust_pickles=trust_pickles,
-                name=name,
-            )
+            sampling = {"state": states[family], "labels": labels, "threads": threads}
+        images, labels = zoo.make_images(
+            spec,
+            n_samples,
+            seed=seed + model["seed"],
+            inputs=own,
+            batch_size=batch_size,
+            device=device,
+            trust_pickles=trust_pickles,
+            name=name,
+            **sampling,
+        )
         save_images(outputs[name]["images"], images, labels, model=name, spec=spec)
         if extractor is None:  # loaded once for the whole sweep
             extractor = extractor_from_config(features, device=device, threads=threads)

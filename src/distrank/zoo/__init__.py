@@ -28,6 +28,8 @@ __all__ = [
     "FAMILIES",
     "FROM_HELDOUT",
     "KINDS",
+    "KNOBS",
+    "check_knob",
     "train",
     "sample",
     "make_images",
@@ -44,6 +46,27 @@ FROM_HELDOUT = ("heldout", "noise", "blur", "mode_drop")
 #: trained in the DAG), the held-out kinds, ``images`` (a source's first images) and
 #: ``checkpoint`` (a published network pickle).
 KINDS = FAMILIES + FROM_HELDOUT + ("images", "checkpoint")
+#: The knobs a model of each kind may set in its spec (what a diversity sweep may vary):
+#: the families' samplers' arguments, the degradations' levels, a checkpoint's options.
+KNOBS = {
+    "cgan": ("truncation", "psi"),
+    "vae": ("temperature",),
+    "diffusion": ("guidance", "sample_steps"),
+    "heldout": (),
+    "noise": ("sigma",),
+    "blur": ("sigma",),
+    "mode_drop": ("n_drop",),
+    "checkpoint": ("truncation_psi", "class_idx", "num_steps"),
+}
+
+
+def check_knob(kind: str, knob: str, where: str) -> None:
+    """ValueError naming ``where`` unless ``knob`` is one of a ``kind`` model's knobs."""
+    if knob not in KNOBS.get(kind, ()):
+        raise ValueError(
+            f"{where}: a {kind} model has no knob {knob!r}; its knobs: {list(KNOBS.get(kind, ()))}"
+        )
+
 
 # Images per network load when a checkpoint's images are resized: FFHQ's 1024 px
 # StyleGAN2-ADA makes 3 MB per image, so this bounds memory to a few GB.
@@ -82,20 +105,24 @@ def make_images(
     trust_pickles: bool = False,
     workers: int = 1,
     name: str = "model",
+    state: dict | None = None,
+    **sampling,
 ):
     """The images of one model of a config's ``models`` (``spec``, with its ``kind``).
 
-    ``inputs`` holds what the kind reads: ``state`` (a family's trained state file),
-    ``heldout`` (the held-out images npz), ``checkpoint`` and ``code`` (a published
-    network pickle and its upstream source); ``paths`` locate an ``images`` source
-    (``artifact -> path``). Returns (images uint8, labels or None).
+    ``inputs`` holds what the kind reads: ``state`` (a family's trained state file;
+    or give the loaded ``state``), ``heldout`` (the held-out images npz), ``checkpoint``
+    and ``code`` (a published network pickle and its upstream source); ``paths``
+    locate an ``images`` source (``artifact -> path``). ``sampling`` goes to a family's
+    sampler (``labels``, ``threads``). Returns (images uint8, labels or None).
     """
     spec = dict(spec)
     kind = spec.pop("kind")
     if kind not in KINDS:
         raise ValueError(f"models.{name}.kind: unknown {kind!r}; expected one of {KINDS}")
     if kind in FAMILIES:
-        return sample(load_state(inputs["state"]), n, seed=seed, **spec)
+        state = load_state(inputs["state"]) if state is None else state
+        return sample(state, n, seed=seed, **spec, **sampling)
     if kind == "images":
         return _source_images(spec["source"], n, paths=paths, workers=workers, name=name)
     if kind == "checkpoint":
