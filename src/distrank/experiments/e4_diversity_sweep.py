@@ -935,16 +935,24 @@ def e4_figure(fd: pd.DataFrame, theory: pd.DataFrame, extractor: str) -> Figure:
                     ax.set_title(family, loc="left")
                 if c == 0:
                     ax.set_ylabel(_setting_label(setting, extractor))
+        name, band = display("fd", extractor), ", seeds' band" if fd["seed"].nunique() > 1 else ""
         handles = [
-            Line2D([], [], color=s["color"], ls=s["ls"], label=rf"FD$_\mathrm{{{a}}}$, seeds' band")
+            Line2D([], [], color=s["color"], ls=s["ls"], label=rf"{name}$_\mathrm{{{a}}}${band}")
             for a, s in _AGG_STYLE.items()
-        ] + [
-            Line2D([], [], color="0.3", ls="", marker="o", label="best knob (seeds' mean)"),
-            Line2D(
-                [], [], color="0.55", lw=0.8, marker="o", mfc="white", label="fitted: no sampling"
-            ),
-        ]
-        fig.legend(handles=handles, loc="outside lower center", ncols=4)
+        ] + [Line2D([], [], color="0.3", ls="", marker="o", label="best knob (seeds' mean)")]
+        if len(theory):  # a fitted family
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.55",
+                    lw=0.8,
+                    marker="o",
+                    mfc="white",
+                    label="fitted: no sampling",
+                )
+            )
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
     return fig
 
 
