@@ -10,7 +10,8 @@ truncation at full scale, and two families computed in feature space (no network
 
 and *fitted*, Theorem 2's own setting on the clients' statistics: client i's share
 :math:`\lambda_i` of the samples drawn from :math:`N(\mu_i, s\,C_i)`, :math:`\mu_i, C_i`
-the mean and covariance of its rows (:func:`fitted_samples`), so that the model's
+the mean and covariance of its rows
+(:func:`~distrank.zoo.feature_space.fitted_samples`), so that the model's
 Gaussian is :math:`N(\bar\mu, sW + B)` (:math:`W = \sum_i \lambda_i C_i`, :math:`B` the
 between-client covariance): FD_all is least at :math:`s = 1`, and FD_avg's least
 :math:`s` follows in closed form (the ``_theory`` table).
@@ -31,7 +32,8 @@ and :math:`s^*_\mathrm{avg} = (\sum_i \lambda_i f(C_i)/\operatorname{tr}A)^2` wi
 :math:`s^*_\mathrm{avg} \le s^*_\mathrm{all}` always.
 
 FD is estimated from samples, with a bias that depends on the sample sizes and on the
-spectrum, so on the knob. The centralized pre-step :class:`FdSettings` computes FD in
+spectrum, so on the knob. The centralized pre-step
+(:class:`~distrank.metrics.fd_settings.FdSettings`) computes FD in
 several *settings*: ``features`` (as scored), ``pca<d>`` (features projected on the
 pool's first d principal axes, where the samples exceed d many times) and
 ``extrapolated`` (FD at several sample sizes, a line in 1/m, its intercept), with
@@ -56,7 +58,9 @@ from matplotlib.figure import Figure
 
 from distrank.experiments import Job, Outputs, check_scores, collected
 from distrank.figures import DOUBLE_COLUMN_IN, metric_name, new_figure, paper_style
+from distrank.metrics.fd_settings import EXTRAPOLATED, FEATURES, SPLIT, TERMS, FdSettings
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRIC_KEYS, display
+from distrank.zoo.feature_space import fitted_samples, pull_to_class_means
 
 __all__ = [
     "SIMULATED",
@@ -66,18 +70,8 @@ __all__ = [
     "sweep_models",
     "sweep_inputs",
     "partition_classes",
-    "pull_to_class_means",
     "write_sweep",
-    "fitted_samples",
     "write_fitted",
-    "TERMS",
-    "SPLIT",
-    "FEATURES",
-    "EXTRAPOLATED",
-    "pca_basis",
-    "between_classes",
-    "extrapolate",
-    "FdSettings",
     "write_fd",
     "e4_curves",
     "e4_table",
@@ -187,22 +181,6 @@ def partition_classes(scheme: Mapping) -> list[int] | None:
     return None
 
 
-def pull_to_class_means(features: np.ndarray, labels: np.ndarray, tau: float) -> np.ndarray:
-    """:math:`x' = \\mu_c + \\tau (x - \\mu_c)` for each row of class c, float64."""
-    x = np.asarray(features, dtype=np.float64)
-    labels = np.asarray(labels)
-    if labels.shape != (len(x),):
-        raise ValueError(f"labels: expected {len(x)} labels, got shape {labels.shape}")
-    if not tau >= 0:
-        raise ValueError(f"tau: expected >= 0, got {tau!r}")
-    out = np.empty_like(x)
-    for c in np.unique(labels):
-        rows = labels == c
-        mean = x[rows].mean(axis=0)
-        out[rows] = mean + tau * (x[rows] - mean)
-    return out
-
-
 def write_sweep(
     settings: Mapping,
     inputs: Mapping,
@@ -276,7 +254,8 @@ def write_sweep(
 
 def _write_simulated(heldout_path, classes, tau: float, output: Mapping) -> None:
     """The simulated family's features at ``tau``: the held-out rows of ``classes``
-    pulled to their class means (:func:`pull_to_class_means`), with their labels."""
+    pulled to their class means
+    (:func:`~distrank.zoo.feature_space.pull_to_class_means`), with their labels."""
     from distrank._io import atomic_path
     from distrank.features.cache import load_features, read_array
 
@@ -312,51 +291,6 @@ def sweep_centralized(job: Job) -> None:
 # -- The fitted family: Theorem 2's own setting on the clients' statistics ------------
 
 
-def fitted_samples(
-    clients: Sequence[np.ndarray],
-    scales: Sequence[float],
-    *,
-    n_samples: int,
-    seed: int,
-    weights: str = "size",
-) -> dict[float, tuple[np.ndarray, np.ndarray]]:
-    r"""Draws of the fitted family at each covariance scale ``s``: client i's share
-    :math:`\lambda_i` of ``n_samples`` rows (largest remainders) from
-    :math:`N(\mu_i, s\,C_i)`, :math:`\mu_i, C_i` the mean and covariance (ddof=1) of
-    its rows :math:`X_i`, drawn as :math:`\mu_i + \sqrt{s}\,(X_i - \mu_i)^\top z /
-    \sqrt{n_i - 1}`, :math:`z \sim N(0, I_{n_i})`: exactly that Gaussian, with no
-    factorisation of :math:`C_i` (singular when :math:`n_i \le d`). Every scale uses
-    the same ``z`` (``numpy.random.default_rng(seed)``). Returns scale -> (features
-    float32 (n_samples, d), client index of each row)."""
-    from distrank.clients import client_weights
-
-    if any(not s >= 0 for s in scales):
-        raise ValueError(f"scales: expected numbers >= 0, got {list(scales)}")
-    sizes = [len(c) for c in clients]
-    if min(sizes, default=0) < 2:
-        raise ValueError(f"clients: each needs at least 2 rows, got sizes {sizes}")
-    counts = _shares(client_weights(sizes, weights), n_samples)
-    rng = np.random.default_rng(seed)
-    parts: dict[float, list[np.ndarray]] = {float(s): [] for s in scales}
-    for rows, count in zip(clients, counts):
-        rows = np.asarray(rows, dtype=np.float64)
-        mean = rows.mean(axis=0)
-        noise = rng.standard_normal((count, len(rows))) @ (rows - mean) / np.sqrt(len(rows) - 1)
-        for s, part in parts.items():
-            part.append((mean + np.sqrt(s) * noise).astype(np.float32))
-    labels = np.repeat(np.arange(len(clients)), counts)
-    return {s: (np.concatenate(part), labels) for s, part in parts.items()}
-
-
-def _shares(weights: np.ndarray, n: int) -> np.ndarray:
-    """``n`` split in proportion to ``weights`` (largest remainders, ties to the first)."""
-    exact = np.asarray(weights, dtype=np.float64) * n
-    counts = np.floor(exact).astype(np.int64)
-    order = np.argsort(-(exact - counts), kind="stable")
-    counts[order[: n - counts.sum()]] += 1
-    return counts
-
-
 def write_fitted(
     settings: Mapping,
     client_paths: Sequence,
@@ -366,9 +300,10 @@ def write_fitted(
     seed: int,
     weights: str,
 ) -> None:
-    """Pre-step: the features of every fitted-family model, :func:`fitted_samples` of
-    the clients' files, to ``outputs[name]``; seed ``seed`` plus the model's sampling
-    seed, as the image families."""
+    """Pre-step: the features of every fitted-family model,
+    :func:`~distrank.zoo.feature_space.fitted_samples` of the clients' files, to
+    ``outputs[name]``; seed ``seed`` plus the model's sampling seed, as the image
+    families."""
     from distrank._io import atomic_path
     from distrank.features.cache import load_features
 
@@ -404,213 +339,6 @@ def fitted_centralized(job: Job) -> None:
 
 # -- FD estimated well: PCA projections, extrapolation to infinite samples, its terms --
 
-#: FD's terms (metrics.fd.FrechetTerms): FD = mean + trace_reference + trace_model - 2 root.
-TERMS = ("mean", "trace_reference", "trace_model", "root")
-#: ... and the part of the model's tr C_Y that lies between its classes (the rest is within).
-SPLIT = "trace_between"
-#: The setting of FD as the pipeline scores it, and of FD extrapolated from it.
-FEATURES, EXTRAPOLATED = "features", "extrapolated"
-
-
-def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
-    """The first ``dims`` principal axes of ``pool``'s rows as a (d, dims) matrix:
-    scikit-learn's PCA with the ``covariance_eigh`` solver (a (d, d) covariance, not
-    an SVD of the rows). FD needs no centring: a shift moves both sides alike."""
-    from sklearn.decomposition import PCA
-
-    if not 1 <= dims <= min(pool.shape):
-        raise ValueError(f"pca_dims: {dims} is not between 1 and {min(pool.shape)}")
-    return PCA(n_components=dims, svd_solver="covariance_eigh").fit(pool).components_.T
-
-
-def extrapolate(sizes: Sequence[float], values) -> np.ndarray:
-    r"""The intercept of the least-squares line through ``values`` (one row per sample
-    size m) in :math:`1/m`: the value at :math:`m \to \infty`, as FID∞ of Chong and
-    Forsyth ("Effectively Unbiased FID and Inception Score and where to find them",
-    CVPR 2020). Each column is fitted on its own."""
-    sizes = np.asarray(sizes, dtype=np.float64)
-    values = np.asarray(values, dtype=np.float64)
-    if sizes.ndim != 1 or len(np.unique(sizes)) < 2 or values.shape[:1] != sizes.shape:
-        raise ValueError(f"extrapolate: needs one row of values per size, two sizes; got {sizes}")
-    design = np.stack([np.ones_like(sizes), 1.0 / sizes], axis=1)
-    coef, *_ = np.linalg.lstsq(design, values.reshape(len(sizes), -1), rcond=None)
-    return coef[0].reshape(values.shape[1:])
-
-
-def _subsample(n: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """The indices of a random ``fraction`` of ``n`` rows (at least 2), in order."""
-    return np.sort(rng.permutation(n)[: max(2, round(fraction * n))])
-
-
-def between_classes(x: np.ndarray, labels) -> float:
-    r"""The part of :math:`\operatorname{tr} C` (ddof=1) between the classes of the rows,
-    :math:`\sum_c n_c \lVert \mu_c - \mu\rVert^2 / (n - 1)`; the rest,
-    :math:`\sum_c (n_c - 1) \operatorname{tr} C_c / (n - 1)`, is within them. NaN
-    without labels."""
-    if labels is None:
-        return float("nan")
-    classes, index, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    means = np.zeros((len(classes), x.shape[1]))
-    np.add.at(means, index, x)
-    means /= counts[:, None]
-    return float(counts @ ((means - x.mean(axis=0)) ** 2).sum(axis=1) / (len(x) - 1))
-
-
-class _Clients:
-    """The clients' Gaussian statistics in one setting (a PCA basis, a subsample of
-    every client) and the pool's, and their weights."""
-
-    def __init__(self, clients: Sequence[np.ndarray], weights: str, basis=None):
-        from distrank.clients import client_weights
-        from distrank.metrics.fd import gaussian_stats, pool_stats
-
-        self.basis = basis
-        self.clients = [gaussian_stats(self.project(c)) for c in clients]
-        self.pool = pool_stats(self.clients)
-        self.weights = client_weights([s.n for s in self.clients], weights)
-
-    def project(self, x) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        return x if self.basis is None else x @ self.basis
-
-    def terms(self, models, pool=None) -> list[dict[str, np.ndarray]]:
-        """FD's :data:`TERMS` of each of ``models`` (rows, or Gaussian statistics)
-        against the pool (``all``; ``pool`` in its place if given) and the clients'
-        weighted mean (``avg``), one dict per model."""
-        from distrank.metrics.fd import GaussianStats, frechet_terms, gaussian_stats
-
-        models = [
-            m if isinstance(m, GaussianStats) else gaussian_stats(self.project(m)) for m in models
-        ]
-        t = frechet_terms([*self.clients, pool or self.pool], models)
-        values = np.stack([getattr(t, name) for name in TERMS], axis=2)  # (k + 1, models, 4)
-        return [{"all": v[-1], "avg": self.weights @ v[:-1]} for v in values.swapaxes(0, 1)]
-
-    def fitted(self, scales: Sequence[float]) -> list[dict[str, np.ndarray]]:
-        r"""The terms of the fitted family's own Gaussian :math:`N(\bar\mu, sW + B)` at
-        each scale s, against the clients' Gaussians and against their mixture's,
-        :math:`N(\bar\mu, W + B)` (:math:`\lambda`-weighted, as Theorem 2's pool)."""
-        from distrank.metrics.fd import GaussianStats
-
-        lam, n = self.weights, sum(s.n for s in self.clients)
-        means = np.stack([s.mean for s in self.clients])
-        mean = lam @ means
-        within = sum(w * s.cov for w, s in zip(lam, self.clients))
-        between = (means - mean).T @ ((means - mean) * lam[:, None])
-        models = [GaussianStats(n, mean, s * within + between) for s in scales]
-        return self.terms(models, pool=GaussianStats(n, mean, within + between))
-
-
-class FdSettings:
-    """FD of models against fixed clients in every setting, with its terms.
-
-    ``features``: the clients' rows as they are (what the pipeline scores);
-    ``pca<d>``: clients and models projected on the pool's first d principal axes
-    (:func:`pca_basis`, fitted once); ``extrapolated``: FD's terms at each of
-    ``fractions`` of every sample (each client's rows and the model's, so that their
-    ratio stays put; at fraction 1 the ``features`` value), averaged over ``draws``
-    random subsamples, then extrapolated in 1/m (:func:`extrapolate`). FD's bias is
-    O(1/n + 1/m) (Chong and Forsyth 2020), a line in 1/m while n/m is fixed. A
-    (fraction, draw) subsamples every model with the same generator.
-    """
-
-    def __init__(
-        self,
-        clients: Sequence[np.ndarray],
-        *,
-        pca_dims: Sequence[int] = (),
-        extrapolation: Mapping | None = None,
-        weights: str = "size",
-        seed: int = 0,
-    ):
-        self.seed = seed
-        self.spaces = {FEATURES: _Clients(clients, weights)}
-        if pca_dims:  # one fit: the first d axes of the widest are those of d
-            pool = np.concatenate([np.asarray(c, dtype=np.float64) for c in clients])
-            axes = pca_basis(pool, max(pca_dims))
-            for d in pca_dims:
-                self.spaces[f"pca{d}"] = _Clients(clients, weights, axes[:, :d])
-        fractions = sorted((extrapolation or {}).get("fractions", []))
-        if extrapolation and (
-            len(set(fractions)) < 2 or not 0 < fractions[0] <= fractions[-1] <= 1
-        ):
-            raise ValueError(
-                f"extrapolation.fractions: expected two or more in (0, 1], got {fractions}"
-            )
-        self.subsamples = []  # (fraction, draw, the clients' statistics)
-        for f in fractions:
-            for draw in range(1 if f == 1 else extrapolation.get("draws", 1)):
-                rng = self._rng(f, draw, "clients")
-                subs = None if f == 1 else [c[_subsample(len(c), f, rng)] for c in clients]
-                space = self.spaces[FEATURES] if f == 1 else _Clients(subs, weights)
-                self.subsamples.append((f, draw, space))
-
-    def _rng(self, fraction: float, draw: int, side: str) -> np.random.Generator:
-        return np.random.default_rng([self.seed, round(fraction * 1e6), draw, int(side == "model")])
-
-    def terms(self, y: np.ndarray, labels=None) -> dict[str, dict[str, np.ndarray]]:
-        """Setting -> aggregation -> FD's :data:`TERMS` and :data:`SPLIT` (by
-        ``labels``, the classes of the rows) for the model with rows ``y``."""
-        out = {name: _terms(space, y, labels) for name, space in self.spaces.items()}
-        if self.subsamples:
-            runs: dict[float, list] = {}
-            for f, draw, space in self.subsamples:
-                keep = slice(None) if f == 1 else _subsample(len(y), f, self._rng(f, draw, "model"))
-                mine = None if labels is None else np.asarray(labels)[keep]
-                runs.setdefault(len(y[keep]), []).append(_terms(space, y[keep], mine))
-            out[EXTRAPOLATED] = {
-                agg: extrapolate(
-                    list(runs), [np.mean([t[agg] for t in r], 0) for r in runs.values()]
-                )
-                for agg in ("all", "avg")
-            }
-        return out
-
-    def table(self, models) -> pd.DataFrame:
-        """Columns ``setting, model, aggregation``, the :data:`TERMS`, :data:`SPLIT`
-        and ``fd``, for each ``(name, rows, labels)`` of ``models`` (an iterable: one
-        model in memory at a time; labels may be None)."""
-        rows = [
-            (setting, name, agg, *values)
-            for name, y, labels in models
-            for setting, by_agg in self.terms(y, labels).items()
-            for agg, values in by_agg.items()
-        ]
-        columns = ["setting", "model", "aggregation", *TERMS, SPLIT]
-        return _with_fd(pd.DataFrame(rows, columns=columns))
-
-    def theory(self, scales: Sequence[float]) -> pd.DataFrame:
-        """The fitted family's FD without sampling (its own Gaussian, not its draws) at each
-        scale, in every setting (``extrapolated`` estimates the ``features`` value):
-        columns ``setting, value, aggregation``, the :data:`TERMS` and ``fd``."""
-        rows = [
-            (setting, float(s), agg, *values)
-            for setting, space in self.spaces.items()
-            for s, terms in zip(scales, space.fitted(scales))
-            for agg, values in terms.items()
-        ]
-        table = pd.DataFrame(rows, columns=["setting", "value", "aggregation", *TERMS])
-        if self.subsamples:
-            table = pd.concat(
-                [table, table[table.setting == FEATURES].assign(setting=EXTRAPOLATED)],
-                ignore_index=True,
-            )
-        return _with_fd(table)
-
-
-def _terms(space: _Clients, y: np.ndarray, labels) -> dict[str, np.ndarray]:
-    """:meth:`_Clients.terms` of one model, with :func:`between_classes` appended."""
-    between = between_classes(space.project(y), labels)
-    return {agg: np.append(values, between) for agg, values in space.terms([y])[0].items()}
-
-
-def _with_fd(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with FD's sum of its terms as column ``fd``."""
-    table["fd"] = (
-        table["mean"] + (table["trace_reference"] + table["trace_model"]) - 2 * table["root"]
-    )
-    return table
-
 
 def write_fd(
     settings: Mapping,
@@ -623,10 +351,11 @@ def write_fd(
     seed: int,
     threads: int = 1,
 ) -> None:
-    """Pre-step: :meth:`FdSettings.table` of every sweep model (``fd_path``) and
-    :meth:`FdSettings.theory` at the fitted families' scales (``theory_path``), CSV."""
+    """Pre-step: :meth:`~distrank.metrics.fd_settings.FdSettings.table` of every sweep
+    model (``fd_path``) and :meth:`~distrank.metrics.fd_settings.FdSettings.theory` at
+    the fitted families' scales (``theory_path``), CSV."""
     from distrank._io import atomic_open
-    from distrank.features.cache import load_features
+    from distrank.features.cache import load_features, load_labelled
     from distrank.zoo import torch_session
 
     models = sweep_models(settings)
@@ -639,20 +368,11 @@ def write_fd(
             weights=weights,
             seed=seed,
         )
-        table = fd.table((name, *_rows_and_labels(model_paths[name])) for name in models)
+        table = fd.table((name, *load_labelled(model_paths[name])) for name in models)
         theory = fd.theory(scales)
     for path, frame in ((fd_path, table), (theory_path, theory)):
         with atomic_open(path, "w") as f:
             frame.to_csv(f, index=False, lineterminator="\n")
-
-
-def _rows_and_labels(path) -> tuple[np.ndarray, np.ndarray | None]:
-    """A features file's rows and, where it has them, their class labels."""
-    from distrank.features.cache import load_features, read_array
-
-    with np.load(path, allow_pickle=False) as archive:
-        labelled = "labels" in archive.files
-    return load_features(path), read_array(path, "labels") if labelled else None
 
 
 def fd_centralized(job: Job) -> None:
@@ -720,10 +440,11 @@ def e4_curves(
 
 
 def fd_curves(fd: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
-    """The pre-step's FD table (:meth:`FdSettings.table`) with each model's family and
-    knob: ``setting, family, knob, diversity, value, seed, aggregation``, the
-    :data:`TERMS`, :data:`SPLIT` and ``fd``, ordered by setting, family, aggregation,
-    seed and value."""
+    """The pre-step's FD table (:meth:`~distrank.metrics.fd_settings.FdSettings.table`)
+    with each model's family and knob: ``setting, family, knob, diversity, value, seed,
+    aggregation``, FD's terms (:data:`~distrank.metrics.fd_settings.TERMS`,
+    :data:`~distrank.metrics.fd_settings.SPLIT`) and ``fd``, ordered by setting, family,
+    aggregation, seed and value."""
     missing = sorted(set(models) - set(fd["model"]))
     if missing:
         raise ValueError(f"the FD table has no rows for the sweep models {missing}")
@@ -798,9 +519,9 @@ def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def theory_table(theory: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
-    """The pre-step's theory (:meth:`FdSettings.theory`) for each fitted family:
-    ``family, knob, diversity, setting, value, aggregation``, the :data:`TERMS` and
-    ``fd``."""
+    """The pre-step's theory (:meth:`~distrank.metrics.fd_settings.FdSettings.theory`)
+    for each fitted family: ``family, knob, diversity, setting, value, aggregation``,
+    FD's terms (:data:`~distrank.metrics.fd_settings.TERMS`) and ``fd``."""
     columns = ["family", "knob", "diversity", "setting", "value", "aggregation", *TERMS, "fd"]
     fitted = {n: m for n, m in models.items() if m["spec"]["kind"] == FITTED}
     if not fitted:

@@ -5,6 +5,8 @@
 - :mod:`~distrank.zoo.diffusion`: a class-conditional denoising diffusion model with a
   classifier-free guidance knob.
 - :mod:`~distrank.zoo.degrade`: mode dropping, noise and blur of held-out real images.
+- :mod:`~distrank.zoo.feature_space`: models made in feature space (no network), E4's
+  simulated and fitted families.
 
 Models are trained on uint8 images (N, H, W) with int labels, on CPU, seeded
 (:mod:`~distrank.zoo.families` holds what the learned families share). A trained
