@@ -17,6 +17,14 @@ TINY_CONFIG = REPO / "tests/e2e/tiny.yaml"
 SMALL_CONFIG = REPO / "tests/reliability/small.yaml"
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's matplotlib figures closed after it (a figure a test forgets stays open)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 def snakemake_tiny(
     workdir: Path, *args: str, timeout: int = 1800, config: Path = TINY_CONFIG
 ) -> subprocess.CompletedProcess:
