@@ -63,14 +63,8 @@ def main() -> None:
     sites, models = federation(args.sites, args.dim)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        paths = {}
-        for name, x in {**sites, **models}.items():
-            paths[name] = root / f"{name}.npz"
-            np.savez(paths[name], features=x)
-        net = Loopback(root, {s: paths[s] for s in sites})
-        base = {
-            "models": ",".join(f"{m}={paths[m]}" for m in models),
-            "sites": ",".join(sites),
+        net, base = Loopback.of_arrays(root, sites, models)
+        base |= {
             "metrics": "kd,fd,recall",
             "dtype": "float64",
             "timeout": args.timeout,

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from distrank.flower import APP_DIR
 
 BIN = Path(sys.executable).parent
@@ -70,6 +72,20 @@ class Loopback:
                 "--node-config",
                 config,
             )
+
+    @classmethod
+    def of_arrays(cls, root: Path, sites: dict, models: dict) -> tuple[Loopback, dict]:
+        """Each site's and model's features written to ``root/<name>.npz``, a network of
+        the sites, and the run config that names the models and sites."""
+        paths = {}
+        for name, x in {**sites, **models}.items():
+            paths[name] = root / f"{name}.npz"
+            np.savez(paths[name], features=x)
+        config = {
+            "models": ",".join(f"{m}={paths[m]}" for m in models),
+            "sites": ",".join(sites),
+        }
+        return cls(root, {s: paths[s] for s in sites}), config
 
     def start(self, name: str, *cmd: str) -> None:
         """Start ``cmd`` in its own session, with its own Flower home (apps unpack there)."""

@@ -27,16 +27,8 @@ KEY = ["model", "metric", "aggregation", "client"]
 def loopback(tmp_path_factory, federation):
     sites, models = federation
     root = tmp_path_factory.mktemp("flower")
-    paths = {}
-    for name, x in {**sites, **models}.items():
-        paths[name] = root / f"{name}.npz"
-        np.savez(paths[name], features=x)
-    net = Loopback(root, {s: paths[s] for s in sites})
-    config = {
-        "models": ",".join(f"{m}={paths[m]}" for m in models),
-        "sites": ",".join(sites),
-        "dtype": "float64",
-    }
+    net, config = Loopback.of_arrays(root, sites, models)
+    config["dtype"] = "float64"
     try:
         yield net, config
     finally:
