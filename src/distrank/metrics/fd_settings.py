@@ -228,8 +228,9 @@ def _terms(space: ClientGaussians, y: np.ndarray, labels) -> dict[str, np.ndarra
 
 
 def with_fd(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with FD's sum of its terms as column ``fd``."""
-    table["fd"] = (
-        table["mean"] + (table["trace_reference"] + table["trace_model"]) - 2 * table["root"]
-    )
+    """``table`` with FD's sum of its :data:`TERMS` as column ``fd``, as
+    :class:`~distrank.metrics.fd.FrechetTerms` sums them."""
+    from distrank.metrics.fd import FrechetTerms
+
+    table["fd"] = FrechetTerms(*(table[term] for term in TERMS)).fd
     return table
