@@ -1,6 +1,6 @@
 """Secure mode under load and faults, on real processes, against plain mode side by side.
 
-One flower-superlink and N flower-supernode processes on 127.0.0.1 (``tests/flower/
+One flower-superlink and N SuperNode processes (distrank's, pinned) on 127.0.0.1 (``tests/flower/
 loopback.py``). Plain mode runs over every site; then secure mode runs over the same
 sites while two die: one when the request for its masked vector arrives (before it
 sends it), one when the unmask request arrives (its vector is in). The secure run must
@@ -27,7 +27,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "flower"))
 
-from loopback import Loopback  # noqa: E402
+from loopback import PINNED, Loopback  # noqa: E402
+from secure_run import pin_keys  # noqa: E402
 
 from distrank.metrics import score  # noqa: E402
 
@@ -63,7 +64,12 @@ def main() -> None:
     sites, models = federation(args.sites, args.dim)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        net, base = Loopback.of_arrays(root, sites, models)
+        peers = pin_keys(root, sites)  # each site's long-term key, pinned by all
+        extra = {
+            s: f'signing-key="{root / s}.key" peers="{peers}" feature-bound=64.0 max-rows=1000'
+            for s in sites
+        }
+        net, base = Loopback.of_arrays(root, sites, models, supernode=PINNED, extra=extra)
         base |= {
             "metrics": "kd,fd,recall",
             "dtype": "float64",

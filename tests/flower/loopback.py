@@ -1,5 +1,7 @@
-"""One flower-superlink and its flower-supernode processes on 127.0.0.1, with ``flwr``
-pointed at them (tests/flower/test_flower_loopback.py, bench/bench_flower.py).
+"""One flower-superlink and its SuperNode processes on 127.0.0.1, with ``flwr`` pointed
+at them (tests/flower/test_flower_loopback.py, test_flower_pinned_app.py,
+bench/bench_flower.py). The SuperNodes are stock ``flower-supernode`` unless told
+otherwise (``PINNED``: distrank's, which runs only the FABs it pinned).
 
 Every process is started in its own session and stopped by killing its process group
 (a SuperNode's SuperExec child lingers otherwise). A run's status comes from ``flwr
@@ -8,13 +10,16 @@ ls``, never from an exit code (``flwr run --stream`` exits 0 when the run failed
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +33,10 @@ QUIET = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
     "OMP_NUM_THREADS": "1",
 }
+#: the SuperNode command of a site that runs only pinned FABs (distrank.flower.supernode)
+PINNED = (sys.executable, "-m", "distrank.flower.supernode")
+#: a ``key=value`` pair of a node config string, as ``flower-supernode`` reads them
+PAIR = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")
 
 
 def free_ports(k: int) -> list[int]:
@@ -41,10 +50,20 @@ def free_ports(k: int) -> list[int]:
 
 
 class Loopback:
-    """A SuperLink and its SuperNodes on 127.0.0.1, with ``flwr`` pointed at them."""
+    """A SuperLink and its SuperNodes on 127.0.0.1, with ``flwr`` pointed at them: each
+    site's SuperNode runs ``supernode`` (a command name in the venv, or an argv) with the
+    site's node config, followed by ``extra[site]`` (more TOML ``key=value`` pairs, which
+    replace the defaults they name, e.g. ``secure-only=true``)."""
 
-    def __init__(self, root: Path, sites: dict[str, Path]):
+    def __init__(
+        self,
+        root: Path,
+        sites: dict[str, Path],
+        supernode: Sequence[str] = ("flower-supernode",),
+        extra: Mapping[str, str] | None = None,
+    ):
         self.root, self.procs, self.logs = root, {}, {}
+        self.tomls = itertools.count()  # run config files (runs may start from threads)
         link, *nodes = free_ports(1 + len(sites))
         home = root / "home-cli"
         home.mkdir()
@@ -60,23 +79,30 @@ class Loopback:
         self.start("superlink", "flower-superlink", "--insecure", "--port", str(link))
         self.wait_listening(link)
         for (name, path), port in zip(sites.items(), nodes):
-            config = f'site-id="{name}" features="{path}" share-stats=true device="cpu"'
+            config = {
+                "site-id": f'"{name}"',
+                "features": f'"{path}"',
+                "share-stats": "true",
+                "device": '"cpu"',
+                "secure-only": "false",
+            } | dict(PAIR.findall((extra or {}).get(name, "")))  # a key given twice: extra's
             self.start(
                 name,
-                "flower-supernode",
+                *supernode,
                 "--insecure",
                 "--superlink",
                 f"127.0.0.1:{link}",
                 "--port",
                 str(port),
                 "--node-config",
-                config,
+                " ".join(f"{key}={value}" for key, value in config.items()),
             )
 
     @classmethod
-    def of_arrays(cls, root: Path, sites: dict, models: dict) -> tuple[Loopback, dict]:
+    def of_arrays(cls, root: Path, sites: dict, models: dict, **kw) -> tuple[Loopback, dict]:
         """Each site's and model's features written to ``root/<name>.npz``, a network of
-        the sites, and the run config that names the models and sites."""
+        the sites (``kw``: ``supernode`` and ``extra`` of ``Loopback``), and the run config
+        that names the models and sites."""
         paths = {}
         for name, x in {**sites, **models}.items():
             paths[name] = root / f"{name}.npz"
@@ -85,7 +111,7 @@ class Loopback:
             "models": ",".join(f"{m}={paths[m]}" for m in models),
             "sites": ",".join(sites),
         }
-        return cls(root, {s: paths[s] for s in sites}), config
+        return cls(root, {s: paths[s] for s in sites}, **kw), config
 
     def start(self, name: str, *cmd: str) -> None:
         """Start ``cmd`` in its own session, with its own Flower home (apps unpack there)."""
@@ -135,10 +161,11 @@ class Loopback:
         except json.JSONDecodeError:
             raise AssertionError(f"flwr {args}: {out.stdout}\n{out.stderr}") from None
 
-    def run(self, config: dict) -> str:
-        toml = self.root / f"run-{len(list(self.root.glob('run-*.toml')))}.toml"
+    def run(self, config: dict, app: Path = APP_DIR) -> str:
+        """Start the Flower app in folder ``app`` (distrank's) with run config ``config``."""
+        toml = self.root / f"run-{next(self.tomls)}.toml"
         toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-        started = self.flwr("run", str(APP_DIR), "loopback", "--run-config", str(toml))
+        started = self.flwr("run", str(app), "loopback", "--run-config", str(toml))
         assert started.get("success"), started
         return started["run-id"]
 

@@ -5,6 +5,7 @@ records every message the server receives (what a server learns is in there)."""
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 
 from distrank.flower import site as site_app
 from distrank.flower.federation import RUN_CONFIG
+from distrank.flower.identity import new_key
 from distrank.flower.secure import plan as secure
 from distrank.flower.server import main as server_main
 
@@ -93,14 +95,29 @@ def save(tmp_path: Path, arrays: dict[str, np.ndarray]) -> dict[str, Path]:
     return paths
 
 
+def pin_keys(root: Path, sites) -> Path:
+    """Each site's long-term key at ``root/<site>.key`` and the peers file pinning them all."""
+    peers = root / "peers.json"
+    peers.write_text(json.dumps({s: new_key(root / f"{s}.key") for s in sites}))
+    return peers
+
+
 def secure_setup(tmp_path, sites, models, *, node=None, silent=None, tamper=None, **config):
     """(grid, run config) of a secure run over ``sites`` (name -> features; node ids 100,
     101, ...). ``node`` adds keys to every site's node config (default: share-stats,
-    device cpu, min-sites the number of sites up to 3); ``config`` to the run config."""
+    device cpu, min-sites the number of sites up to 3, the run's bounds, a long-term key
+    per site and the peers file pinning them); ``config`` to the run config."""
     files = save(tmp_path, {**sites, **models})
     base = {"share-stats": True, "device": "cpu", "min-sites": min(3, len(sites))}
+    base |= {"feature-bound": BOUND, "max-rows": 1000, "peers": str(pin_keys(tmp_path, sites))}
     nodes = {
-        100 + i: {"site-id": s, "features": str(files[s])} | base | (node or {})
+        100 + i: {
+            "site-id": s,
+            "features": str(files[s]),
+            "signing-key": str(tmp_path / f"{s}.key"),
+        }
+        | base
+        | (node or {})
         for i, s in enumerate(sites)
     }
     run_config = RUN_CONFIG | secure.SECURE_CONFIG

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from loopback import Loopback
+from secure_run import pin_keys
 from textkit import visible_lines
 
 from distrank.metrics import score
@@ -27,7 +28,12 @@ KEY = ["model", "metric", "aggregation", "client"]
 def loopback(tmp_path_factory, federation):
     sites, models = federation
     root = tmp_path_factory.mktemp("flower")
-    net, config = Loopback.of_arrays(root, sites, models)
+    peers = pin_keys(root, sites)  # long-term keys and bounds for the secure run
+    extra = {
+        s: f'signing-key="{root / s}.key" peers="{peers}" feature-bound=12.0 max-rows=1000'
+        for s in sites
+    }
+    net, config = Loopback.of_arrays(root, sites, models, extra=extra)
     config["dtype"] = "float64"
     try:
         yield net, config

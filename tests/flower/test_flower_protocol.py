@@ -53,7 +53,9 @@ def site_replies(tmp_path, sites, models, *, share=True, ids=None, **options):
     for i, (name, x) in enumerate(sites.items()):
         path = tmp_path / f"{name}.npz"
         np.savez(path, features=x)
-        site = SiteConfig(name if ids is None else ids[i], path, share_stats=share)
+        site = SiteConfig(
+            name if ids is None else ids[i], path, share_stats=share, secure_only=False
+        )
         replies.append(decode_reply(score_site(site, request)))
     return replies
 
@@ -138,7 +140,9 @@ def test_kd_std_has_client_rows_only(tmp_path, federation):
 def test_a_site_error_is_a_reply(tmp_path, federation):
     sites, models = federation
     request = encode_request(models, OPTIONS)
-    missing = decode_reply(score_site(SiteConfig("oslo", tmp_path / "none.npz"), request))
+    missing = decode_reply(
+        score_site(SiteConfig("oslo", tmp_path / "none.npz", secure_only=False), request)
+    )
     assert missing.site == "oslo" and missing.error == (
         f"InputError: {tmp_path / 'none.npz'}: no such file"
     )
@@ -147,7 +151,7 @@ def test_a_site_error_is_a_reply(tmp_path, federation):
     np.savez(path, features=sites["oslo"])
     assert (
         "needs an explicit 'bandwidth'"
-        in decode_reply(score_site(SiteConfig("oslo", path), bad)).error
+        in decode_reply(score_site(SiteConfig("oslo", path, secure_only=False), bad)).error
     )
 
 
@@ -173,11 +177,18 @@ def test_a_secure_only_site_answers_no_plain_request(tmp_path, federation):
         ({"site-id": "a", "features": "/x.npz", "secure-only": 1}, "'secure-only' must be"),
         ({"site-id": "a", "features": "/x.npz", "min-sites": 1}, "'min-sites' must be an int >= 2"),
         ({"site-id": "a", "features": "/x.npz", "min-sites": 3.0}, "'min-sites' must be an int"),
+        ({"site-id": "a", "features": "/x.npz", "feature-bound": -1}, "'feature-bound' must be a"),
+        ({"site-id": "a", "features": "/x.npz", "noise-epsilon": 1.0}, "'noise-delta' must be in"),
+        (
+            {"site-id": "a", "features": "/x.npz", "budget-epsilon": 3, "noise-delta": 1e-5},
+            "'budget-epsilon' needs a 'ledger'",
+        ),
+        ({"site-id": "a", "features": "/x.npz", "peers": 3}, "'peers' must be a path"),
     ],
 )
 def test_node_config_errors(config, match):
     assert SiteConfig.from_node_config({"site-id": 7, "features": "/x.npz"}) == SiteConfig(
-        7, Path("/x.npz"), share_stats=False, device=None, secure_only=False, min_sites=3
+        7, Path("/x.npz"), share_stats=False, device=None, secure_only=True, min_sites=3
     )
     with pytest.raises(ValueError, match=match):
         SiteConfig.from_node_config(config)
@@ -271,7 +282,9 @@ def test_gather_sends_the_request_to_nodes_that_join_late(tmp_path, federation, 
         np.savez(paths[name], features=x)
     names = dict(zip([11, 22, 33], sites))
     grid = LocalGrid(
-        lambda node, msg: score_site(SiteConfig(names[node], paths[names[node]]), msg.content),
+        lambda node, msg: score_site(
+            SiteConfig(names[node], paths[names[node]], secure_only=False), msg.content
+        ),
         join={11: 0.0, 22: 0.0, 33: 0.6},
     )
     replies = gather(

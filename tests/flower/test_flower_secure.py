@@ -78,6 +78,10 @@ def test_the_secure_table_equals_score_within_its_bounds(
         "generator": GENERATOR,
         "feature-bound": BOUND,
         "max-rows": 1000,
+        "enforced": dict.fromkeys(
+            ["oslo", "paris", "rome"],
+            {"noise-std": 0.0, "noise-epsilon": 0.0, "noise-delta": 0.0, "budget-epsilon": 0.0},
+        ),
     }
     assert meta["options"]["metrics"] == ["kd", "fd", "recall"] and "privacy" not in meta
 
@@ -123,23 +127,31 @@ def test_ten_sites_two_dropping_at_two_stages(tmp_path, federation, server_proce
     print(f"ten sites, two dropping: {wall:.1f} s")
 
 
-def test_a_value_outside_its_range_is_an_error_naming_the_setting(
+def test_bounds_below_a_sites_own_are_refused_before_its_data(
     tmp_path, federation, server_process, caplog
 ):
+    """A plan tighter than a site's own node-config bounds is refused by every site alike,
+    whatever its data; a site whose data break its own bounds fails the same way for
+    every request (its log says how)."""
     sites, models = federation
     sharp = {"sharp": models["sharp"]}  # rows of norm <= 4.2; paris has 6.2
+    for config in ({"feature-bound": 5.0}, {"max-rows": 70}):
+        with pytest.raises(FederationError) as err:
+            run_secure(tmp_path, sites, sharp, **config)
+        assert str(err.value) == "; ".join(f"site {s!r} failed: refused" for s in sites)
+    node = {"feature-bound": 5.0}
+    caplog.clear()
     with pytest.raises(FederationError) as err, caplog.at_level(logging.WARNING, logger="flwr"):
-        run_secure(tmp_path, sites, sharp, **{"feature-bound": 5.0})
-    assert str(err.value) == "site 'paris' failed: out of bounds"
+        run_secure(tmp_path, sites, sharp, node=node, **{"feature-bound": 5.0})
+    assert str(err.value) == "site 'paris' failed: bad input"
     norm = np.linalg.norm(sites["paris"], axis=1).max()
     assert [r.getMessage() for r in caplog.records if "secure mode" in r.getMessage()] == [
-        "distrank: secure mode, out of bounds: OutOfBounds: a row of this site has L2 norm "
-        f"{norm:g}, above the run config's 'feature-bound' 5: raise it"  # in the site's log
+        "distrank: secure mode, bad input: ValueError: this site's 80 rows (largest norm "
+        f"{norm:g}) are outside its own node config: min-rows 2, max-rows 1000, "
+        "feature-bound 5"
     ]
     with pytest.raises(ValueError, match=r"models\['broad'\]: a row's L2 norm exceeds the run "):
         run_secure(tmp_path, *federation, **{"feature-bound": 7.0})
-    with pytest.raises(FederationError, match=r"^site 'paris' failed: out of bounds; site 'rome'"):
-        run_secure(tmp_path, *federation, **{"max-rows": 70})
     with pytest.raises(FederationError, match=r"site\(s\) \['oslo', 'paris', 'rome'\] do not"):
         run_secure(tmp_path, *federation, node={"share-stats": False})
     assert not (tmp_path / "scores.csv").exists()

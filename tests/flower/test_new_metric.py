@@ -197,7 +197,11 @@ def test_flower_plain_and_secure(registered, federation, reference, tmp_path, se
     for name, rows in sites.items():
         np.savez(tmp_path / f"{name}-site.npz", features=rows)
         replies.append(
-            decode_reply(score_site(SiteConfig(name, tmp_path / f"{name}-site.npz"), request))
+            decode_reply(
+                score_site(
+                    SiteConfig(name, tmp_path / f"{name}-site.npz", secure_only=False), request
+                )
+            )
         )
     assert check(federated_table(replies, models=models), expected) == 2 * (1 + 3)
     _, out = run_secure(tmp_path, sites, models, metrics=KEY)

@@ -2,7 +2,7 @@
 
 SecAgg+ hides each site's vector under masks expanded from secrets: a private seed
 per site (32 random bytes) and a pairwise key per pair of sites (32 bytes from
-X25519 and HKDF, as base64 text). Flower 1.42 expands them with
+ECDH on P-384 and HKDF, as base64 text). Flower 1.42 expands them with
 ``secaggplus_utils.pseudo_rand_gen``, which XOR-folds the secret to 32 bits and
 seeds NumPy's MT19937 with that: a server that removes the private masks (as the
 protocol lets it) can search every pairwise key's 2^28 possible folds (base64
@@ -57,14 +57,45 @@ def expand(seed: bytes, num_range: int, dimensions_list: Sequence[tuple[int, ...
 
 
 def install() -> None:
-    """Make Flower's SecAgg+ mod and workflow draw their masks from :func:`expand`."""
+    """Make Flower's SecAgg+ mod and workflow draw their masks from :func:`expand`, and
+    check that they do: the mod masks a one-entry vector through :func:`expand` (a
+    probe records the call), and the workflow's unmasking reads the replaced name."""
     for name in CALLERS:
         module = importlib.import_module(name)
         if not hasattr(module, "pseudo_rand_gen"):
-            raise ImportError(
-                f"{name} has no pseudo_rand_gen: distrank's secure mode needs flwr 1.42.0"
-            )
+            raise ImportError(f"{name} has no pseudo_rand_gen: secure mode needs flwr 1.42.0")
         module.pseudo_rand_gen = expand
+    mod, workflow = (importlib.import_module(name) for name in CALLERS)
+    if not _masks_through_expand(mod) or "pseudo_rand_gen" not in (
+        workflow.SecAggPlusWorkflow.unmask_stage.__code__.co_names
+    ):
+        raise ImportError(
+            f"{CALLERS}: Flower no longer masks through pseudo_rand_gen: secure mode needs "
+            "flwr 1.42.0"
+        )
+
+
+def _masks_through_expand(mod) -> bool:
+    """Whether ``secaggplus_mod`` masks a vector with the generator in its module."""
+    from flwr.common import ndarrays_to_parameters
+
+    calls = []
+
+    def probe(seed, num_range, shapes):
+        calls.append(seed)
+        return expand(seed, num_range, shapes)
+
+    state = mod.SecAggPlusState(
+        threshold=1, max_weight=1.0, clipping_range=1.0, target_range=4, mod_range=16
+    )
+    state.rd_seed = b"probe"
+    configs = {mod.Key.CIPHERTEXT_LIST: [], mod.Key.SOURCE_LIST: []}
+    mod.pseudo_rand_gen = probe
+    try:
+        mod._collect_masked_vectors(state, configs, 1, ndarrays_to_parameters([np.zeros(1)]))
+    finally:
+        mod.pseudo_rand_gen = expand
+    return calls == [b"probe"]
 
 
 def installed() -> bool:

@@ -8,23 +8,37 @@ requested, its Gaussian statistics (n_i, mean_i, C_i) of ``metrics.fd.gaussian_s
 from which the server pools FD_all exactly. The mean and covariance reveal more
 about the site's data than scores do: sharing them is the site's decision. In
 secure mode (:mod:`distrank.flower.secure`) the site prepares its vector on the
-request and sends it, masked, in a SecAgg+ round; with ``secure-only=true`` it
-answers nothing else. Node config: :mod:`distrank.flower.node`.
+request and sends it, masked, in a SecAgg+ round; with ``secure-only=true`` (the
+default) it answers nothing else, and it answers no message type but ``query`` and
+``train``. Node config: :mod:`distrank.flower.node`.
 """
 
 from __future__ import annotations
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 
 from distrank.flower.messages import decode_request, encode_error, encode_reply
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure import site as secure_site
 
-app = ClientApp()
+#: the only message types a site answers: Flower routes "train.<action>" and
+#: "query.<action>" to the same functions, past mods that act on the exact type only
+TYPES = (MessageType.QUERY, MessageType.TRAIN)
 #: a secure-only site's answer to a plain request
 SECURE_ONLY = "refused: this site answers secure requests only (node config secure-only)"
+
+
+def exact_types_mod(msg: Message, context: Context, call_next) -> Message:
+    """Refuse every message whose type is not exactly one distrank sends (``TYPES``)."""
+    if msg.metadata.message_type not in TYPES:
+        return Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, "refused"), reply_to=msg)
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[exact_types_mod])
 
 
 def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
@@ -52,7 +66,7 @@ def query(msg: Message, context: Context) -> Message:
     What the site cannot answer leaves as a failure category (``secure.site.guard_mod``)."""
     site = SiteConfig.from_node_config(context.node_config)
     if "secure" in msg.content.config_records:
-        return Message(secure_site.prepare(site, msg.content, context.state), reply_to=msg)
+        return Message(secure_site.prepare(site, msg.content, context), reply_to=msg)
     return Message(score_site(site, msg.content), reply_to=msg)
 
 
@@ -62,4 +76,4 @@ def train(msg: Message, context: Context) -> Message:
     vector this site prepared; the site's policy checks each stage first, and a failure
     leaves as its category only (:mod:`distrank.flower.secure.site`)."""
     site = SiteConfig.from_node_config(context.node_config)
-    return Message(secure_site.share(site.site, msg.content, context.state), reply_to=msg)
+    return Message(secure_site.share(site.site, msg, context.state), reply_to=msg)

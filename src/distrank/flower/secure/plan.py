@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +55,9 @@ MAX_SITES = MODULUS // LEVELS - 1  # 1023: Flower also sums each site's factor 2
 GRID_ERROR = 2.0**-60  # quantisation: |error| <= s 2^-60 per entry and site
 SUM_ERROR = 2.0**-50  # written bound per entry and site: quantisation and float rounding
 NOISE_MARGIN = 40.0  # the KD range holds a site's noise up to this many standard deviations
+SIGNED = "distrank.signed"  # a site's signed statement, in its setup and masked-vector replies
+KEYS = "distrank.keys"  # every node's signed keys, forwarded with the share-keys request
+VIEWS = "distrank.views"  # every active node's signed view, forwarded with the unmask request
 
 
 class OutOfBounds(ValueError):
@@ -161,6 +164,7 @@ class Plan:
     kernel_bound: float
     noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each noisy entry
     generator: str = GENERATOR
+    threshold: int = 2  # the sites any unmasked sum covers at least (SecAgg+'s threshold)
 
     def sums(self) -> dict:
         """Metric key -> its secure sum."""
@@ -203,6 +207,7 @@ class Plan:
                 "kernel-bound": float(self.kernel_bound),
                 "noise-std": float(self.noise_std),
                 "generator": self.generator,
+                "threshold": self.threshold,
             }
         )
 
@@ -219,6 +224,7 @@ class Plan:
                 float(record["kernel-bound"]),
                 float(record["noise-std"]),
                 str(record["generator"]),
+                int(record["threshold"]),
             )
         except KeyError as err:
             raise ValueError(f"secure request: no {err.args[0]!r} in its plan") from None
@@ -256,6 +262,7 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
         secure.max_rows,
         k_max if "kd" in o["metrics"] else 0.0,
         secure.noise.site_std if secure.noise else 0.0,
+        threshold=secure.threshold,
     )
 
 
@@ -351,11 +358,16 @@ class Ready:
     node: int
     moments: bool = False
     error: str = ""
+    enforced: Mapping = field(default_factory=dict)
 
 
-def encode_ready(site_id, *, moments: bool = False, error: str = "") -> RecordDict:
+def encode_ready(
+    site_id, *, moments: bool = False, error: str = "", enforced: Mapping | None = None
+) -> RecordDict:
+    """A site's round-1 reply; ``enforced``: the noise it added and the (epsilon, delta)
+    and budget spent of its own node config."""
     record = {"site-id": site_id, "moments": moments, "error": error}
-    return RecordDict({"site": ConfigRecord(record)})
+    return RecordDict({"site": ConfigRecord(record), "enforced": ConfigRecord(enforced or {})})
 
 
 def decode_ready(reply: Message) -> Ready:
@@ -366,4 +378,5 @@ def decode_ready(reply: Message) -> Ready:
     if isinstance(site, bool) or not isinstance(site, (int, str)):
         raise ValueError(f"reply: site-id must be an int or a str, got {site!r}")
     error = str(record.get("error") or "")
-    return Ready(site, reply.metadata.src_node_id, bool(record.get("moments")), error)
+    enforced = dict(reply.content.config_records.get("enforced", {}))
+    return Ready(site, reply.metadata.src_node_id, bool(record.get("moments")), error, enforced)

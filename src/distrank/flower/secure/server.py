@@ -16,14 +16,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.common import FitIns, Parameters, log, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.server.workflow import SecAggPlusWorkflow
 
 from distrank.flower.federation import FederationError, RunSettings, gather
 from distrank.flower.masks import GENERATOR
 from distrank.flower.secure.plan import (
+    KEYS,
     LEVELS,
     MODULUS,
+    SIGNED,
     SUM_ERROR,
+    VIEWS,
     Plan,
     SecureSettings,
     decode,
@@ -77,7 +81,7 @@ def main(grid: Grid, context: Context) -> None:
     if dropped := [s for s in settings.sites if s not in included]:
         log(WARNING, "distrank: site(s) %s dropped out: the sum is over %s", dropped, included)
     table, bounds = secure_table(total, len(included), plan, models, centre, noise=secure.noise)
-    meta = secure_meta(settings, secure, included)
+    meta = secure_meta(settings, secure, included, {str(r.site): r.enforced for r in ready})
     with atomic_path(bounds_path(settings.out)) as tmp:
         bounds.to_csv(tmp, index=False)
     score_table.write(table, settings.out, meta, "csv")
@@ -100,8 +104,14 @@ def main(grid: Grid, context: Context) -> None:
         )
 
 
-def secure_meta(settings: RunSettings, secure: SecureSettings, included: Sequence[str]) -> dict:
-    """The table's metadata: options, the sites its sums cover, and the privacy budget."""
+def secure_meta(
+    settings: RunSettings,
+    secure: SecureSettings,
+    included: Sequence[str],
+    enforced: Mapping[str, Mapping] | None = None,
+) -> dict:
+    """The table's metadata: options, the sites its sums cover, what each site says it
+    enforced (the noise it added, its own epsilon and delta) and the privacy budget."""
     meta = {
         "options": settings.score_options.as_dict(),
         "secure": {
@@ -111,6 +121,7 @@ def secure_meta(settings: RunSettings, secure: SecureSettings, included: Sequenc
             "generator": GENERATOR,
             "feature-bound": secure.feature_bound,
             "max-rows": secure.max_rows,
+            "enforced": {s: dict(v) for s, v in (enforced or {}).items() if s in included},
         },
     }
     if secure.noise is not None:
@@ -183,17 +194,48 @@ class _Workflow(SecAggPlusWorkflow):
         return self._note("unmask", super().unmask_stage(grid, context, state), state)
 
 
-class _PollingGrid:
-    """The grid, with ``send_and_receive`` polling every ``poll`` s (Flower's polls every 3 s)."""
+class _SecureGrid:
+    """The grid, with ``send_and_receive`` polling every ``poll`` s (Flower's polls every 3 s)
+    and carrying the sites' signed statements: each site's signed keys (from its setup
+    reply) to every site with the share-keys request, and each site's signed view (from
+    its masked-vector reply) with the unmask request (``secure.site.policy_mod``)."""
 
     def __init__(self, grid: Grid, poll: float):
         self.grid, self.poll = grid, poll
+        self.signed: dict[str, dict[str, list]] = {
+            Stage.SETUP: {},
+            Stage.COLLECT_MASKED_VECTORS: {},
+        }
 
     def __getattr__(self, name):
         return getattr(self.grid, name)
 
     def send_and_receive(self, messages, *, timeout=None):
-        pending = set(self.grid.push_messages(list(messages)))
+        messages = list(messages)
+        stage = (
+            messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE] if messages else ""
+        )
+        forward = {
+            Stage.SHARE_KEYS: (KEYS, Stage.SETUP),
+            Stage.UNMASK: (VIEWS, Stage.COLLECT_MASKED_VECTORS),
+        }
+        if stage in forward:
+            name, source = forward[stage]
+            for msg in messages:
+                msg.content.config_records[name] = ConfigRecord(dict(self.signed[source]))
+        replies = self._send_and_receive(messages, timeout)
+        for reply in replies:
+            if (
+                stage in self.signed
+                and not reply.has_error()
+                and SIGNED in reply.content.config_records
+            ):
+                signed = reply.content.config_records[SIGNED]["signed"]
+                self.signed[stage][str(reply.metadata.src_node_id)] = signed
+        return replies
+
+    def _send_and_receive(self, messages, timeout):
+        pending = set(self.grid.push_messages(messages))
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         while pending:
@@ -241,7 +283,7 @@ def secure_sum(
         modulus_range=MODULUS,
         timeout=timeout,
     )
-    workflow(_PollingGrid(grid, poll), legacy)
+    workflow(_SecureGrid(grid, poll), legacy)
     if strategy.results is None:
         stage, _, sampled, active, failures = workflow.trace[-1]
         gone = sorted(nodes[n] for n in sampled - active) or sorted(nodes.values())

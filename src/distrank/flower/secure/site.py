@@ -2,17 +2,22 @@
 
 What leaves a site (node config: :mod:`distrank.flower.node`):
 
-    round 1         its id, whether it joins FD, or a failure category
-    SecAgg+ stages  what Flower's ``secaggplus_mod`` sends -- public keys, encrypted key
-                    shares, the masked vector, the shares for unmasking -- once this
-                    site's policy (:func:`policy_mod`) allows the stage
+    round 1         its id, whether it joins FD, the noise it enforces, or a failure
+                    category -- once per run: a second query is refused
+    SecAgg+ stages  what Flower's ``secaggplus_mod`` sends -- public keys (signed with
+                    the site's long-term key), encrypted key shares, the masked vector
+                    (with the signed set of peers it masked with), the shares for
+                    unmasking -- once this site's policy (:func:`policy_mod`) allows the stage
     a failure       one of :data:`CATEGORIES`; the full message stays in the site's log
 
-The policy: the request names this site's mask generator (``masks.GENERATOR``); the
-run has at least ``min-sites`` sites and its threshold is a majority of them (so that
-no server gathers both a site's private-seed shares and its key shares from disjoint
-sets of sites); at unmasking, the active and dropped lists are disjoint and the active
-sites, whose sum is unmasked, number at least ``min-sites``.
+Before it reads its data, the site checks the request against its own public bounds
+and noise (:func:`check_plan`), so no answer depends on the data. The policy: the
+request names this site's mask generator; the run has at least ``min-sites`` sites
+and a threshold that is a majority of them and the plan's; every peer's SecAgg+ keys
+are signed by a pinned site, each site once (:func:`check_keys`); at unmasking, the
+active and dropped nodes are exactly the peers this site masked with, every active
+site masked with the same peers (their signed views, :func:`check_views`), and they
+number at least the threshold and ``min-sites``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ from collections.abc import Mapping
 from logging import WARNING
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MessageType,
+    RecordDict,
+)
 from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Code, FitRes, Status, log, ndarrays_to_parameters
@@ -36,11 +50,23 @@ from flwr.compat.common import recorddict_compat as compat
 
 from distrank._checks import TooFewRows
 from distrank.flower import masks
+from distrank.flower.identity import BadStatement, Identity, Statement, keys_content
 from distrank.flower.messages import decode_request
 from distrank.flower.node import SiteConfig
-from distrank.flower.secure.plan import OutOfBounds, Plan, encode, encode_ready, split
+from distrank.flower.secure.plan import (
+    KEYS,
+    SIGNED,
+    VIEWS,
+    OutOfBounds,
+    Plan,
+    encode,
+    encode_ready,
+    kernel_bound,
+    split,
+)
 
 STATE = "distrank.secure"  # the site's context.state record of its prepared vector
+RUN = "distrank.run"  # the context.state record of the run this site answered, and its plan
 #: what a site in secure mode says of a failure, whatever its cause
 CATEGORIES = ("bad input", "too few rows", "out of bounds", "refused", "internal")
 
@@ -108,12 +134,95 @@ def add_noise(vector: np.ndarray, plan: Plan, rng: np.random.Generator) -> np.nd
     return noisy
 
 
-def prepare(site: SiteConfig, content: RecordDict, state: RecordDict) -> RecordDict:
-    """Round 1 at a site: compute, check and keep its encoded vector in ``state`` (it
-    stays on the site); reply only the site id, whether it adds its moments, or a category."""
+def check_plan(site: SiteConfig, plan: Plan, models: Mapping, options: Mapping) -> None:
+    """Refused unless the request is within this site's own public bounds and noise;
+    the checks read the request and the node config only, never the site's data."""
+    from distrank.metrics.options import score_options
+    from distrank.metrics.registry import METRICS
+
+    if not site.feature_bound:
+        raise Refused("this site's node config sets no 'feature-bound'")
+    if plan.feature_bound < site.feature_bound or plan.max_rows < site.max_rows:
+        raise Refused(
+            f"the plan's bounds (feature-bound {plan.feature_bound:g}, max-rows "
+            f"{plan.max_rows}) are below this site's ({site.feature_bound:g}, {site.max_rows})"
+        )
+    opts = score_options(dict(options) | {"metrics": plan.metrics})
+    need = max(METRICS[m].needs(opts).client for m in plan.metrics)
+    if need > site.min_rows:
+        raise Refused(f"the request needs {need} rows per site; this site's 'min-rows' is lower")
+    if tuple(models) != plan.models or any(
+        np.asarray(y).ndim != 2 or np.asarray(y).shape[1] != plan.dim for y in models.values()
+    ):
+        raise Refused("the request's models do not match its plan")
+    for name, y in models.items():
+        if not np.all(np.linalg.norm(np.asarray(y, np.float64), axis=1) <= plan.feature_bound):
+            raise Refused(f"model {name!r} has a row above the plan's 'feature-bound'")
+    if "kd" in plan.metrics:
+        own = kernel_bound(opts.kernel, opts.kernel_params, plan.dim, plan.feature_bound)
+        if plan.kernel_bound < own:
+            raise Refused(f"the plan's kernel bound {plan.kernel_bound:g} is below {own:g}")
+    if site.noise_epsilon:
+        check_noise(site, plan)
+
+
+def check_noise(site: SiteConfig, plan: Plan) -> None:
+    """Refused unless every released block is noisy, with at least the noise this
+    site's (``noise-epsilon``, ``noise-delta``) calls for at the plan's threshold."""
+    from distrank.metrics.privacy import distributed_noise
+
+    if any(not s.noisy for s in plan.sums().values()):
+        raise Refused(f"metrics {list(plan.metrics)}: this site releases only noisy sums")
+    need = distributed_noise(
+        epsilon=site.noise_epsilon,
+        delta=site.noise_delta,
+        n_models=len(plan.models),
+        threshold=plan.threshold,
+    ).site_std
+    if plan.noise_std < need * (1 - 1e-9):
+        raise Refused(f"the plan's noise std {plan.noise_std:g} is below this site's {need:g}")
+
+
+def spend(site: SiteConfig, plan: Plan, run: int) -> None:
+    """Record this run's release in the site's ledger; Refused past its budget."""
+    from distrank.flower.ledger import Ledger, run_multiplier
+
+    if not site.budget_epsilon:
+        return
+    ledger = Ledger(site.ledger, site.budget_epsilon, site.noise_delta)
+    z = run_multiplier(plan.noise_std, plan.threshold, len(plan.models))
+    try:
+        ledger.record(run, z, len(plan.models))
+    except ValueError as err:
+        raise Refused(str(err)) from None
+
+
+def check_own_data(site: SiteConfig, x: np.ndarray) -> None:
+    """The site's data within its own bounds (a fault of this site's config, the same
+    for every request)."""
+    norms = np.linalg.norm(np.asarray(x, np.float64), axis=1)
+    if not (site.min_rows <= len(x) <= site.max_rows and np.all(norms <= site.feature_bound)):
+        raise ValueError(
+            f"this site's {len(x)} rows (largest norm {float(norms.max(initial=0)):g}) are "
+            f"outside its own node config: min-rows {site.min_rows}, max-rows "
+            f"{site.max_rows}, feature-bound {site.feature_bound:g}"
+        )
+
+
+def prepare(site: SiteConfig, content: RecordDict, context: Context) -> RecordDict:
+    """Round 1 at a site: check the request, then compute, check and keep its encoded
+    vector in ``context.state`` (it stays on the site); reply only the site id, whether
+    it adds its moments and the noise it enforces, or a category."""
     from distrank.features.cache import load_features
 
+    state, enforced = context.state, {}
     try:
+        if (done := state.config_records.get(RUN)) and done["run"] == context.run_id:
+            raise Refused(f"a second round-one query in run {context.run_id}")
+        state.config_records[RUN] = ConfigRecord({"run": context.run_id})
+        if site.signing_key is None or site.peers is None:
+            raise Refused("secure mode needs 'signing-key' and 'peers' in the node config")
+        Identity.load(site.site, site.signing_key, site.peers)
         models, options, _ = decode_request(content)
         if "secure" not in content.config_records or "centre" not in content.array_records:
             raise ValueError("secure request: no plan")
@@ -123,25 +232,37 @@ def prepare(site: SiteConfig, content: RecordDict, state: RecordDict) -> RecordD
                 f"the request's masks come from {plan.generator!r}; this site's from "
                 f"{masks.GENERATOR!r} (installed: {masks.installed()})"
             )
+        check_plan(site, plan, models, options)
         if plan.moments and not site.share_stats:
             return encode_ready(site.site, moments=False)
         centre = content.array_records["centre"]["c"].numpy()
         x = load_features(site.features)
+        check_own_data(site, x)
         vector = site_vector(x, models, options, plan, centre, site.device)
         limbs = encode(add_noise(vector, plan, np.random.default_rng()), plan)
+        spend(site, plan, context.run_id)
+        enforced = {"noise-std": plan.noise_std, "noise-epsilon": site.noise_epsilon}
+        enforced |= {"noise-delta": site.noise_delta, "budget-epsilon": site.budget_epsilon}
     except Exception as err:  # noqa: BLE001 -- every failure leaves as its category only
         return encode_ready(site.site, error=failure(err))
     state[STATE] = ArrayRecord({"limbs": Array(limbs)})
-    return encode_ready(site.site, moments=bool(plan.moments))
+    state.config_records[RUN]["threshold"] = plan.threshold
+    return encode_ready(site.site, moments=bool(plan.moments), enforced=enforced)
 
 
-def share(site_id, content: RecordDict, state: RecordDict) -> RecordDict:
+def share(site_id, msg: Message, state: RecordDict) -> RecordDict:
     """SecAgg+ stage 2 at a site: its prepared vector as a FitRes, which ``secaggplus_mod``
-    quantises and masks. The FitRes metrics (plain) hold the site id only."""
+    quantises and masks; only from inside that stage (the message type ``train`` and
+    the SecAgg+ state after its key shares), once. The FitRes metrics hold the site id."""
+    secagg = state.config_records.get(RECORD_KEY_STATE, {})
+    if msg.metadata.message_type != MessageType.TRAIN or secagg.get("current_stage") != (
+        Stage.SHARE_KEYS
+    ):
+        raise Refused("the prepared vector leaves only inside SecAgg+'s masked-vector stage")
     if STATE not in state.array_records:
         raise ValueError("secure mode: no prepared vector at this site for this run")
     limbs = state.array_records.pop(STATE)["limbs"].numpy()
-    config = compat.recorddict_to_fitins(content, keep_input=True).config
+    config = compat.recorddict_to_fitins(msg.content, keep_input=True).config
     if config.get("length") != limbs.shape[0]:
         raise ValueError(f"secure mode: the server expects {config.get('length')} entries")
     res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([limbs]), 1, {"site-id": site_id})
@@ -161,19 +282,85 @@ def guard_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> M
 
 
 def policy_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """This site's policy on the SecAgg+ stages (module doc), checked before
-    ``secaggplus_mod`` answers them."""
-    if msg.metadata.message_type == MessageType.TRAIN:
-        configs = msg.content.config_records[RECORD_KEY_CONFIGS]
-        site = SiteConfig.from_node_config(context.node_config)
-        if configs.get(Key.STAGE) == Stage.SHARE_KEYS:
-            state = SecAggPlusState(**context.state.config_records[RECORD_KEY_STATE])
-            check_sites(len(configs) - 1, state.threshold, site.min_sites)
-        elif configs.get(Key.STAGE) == Stage.UNMASK:
-            check_unmask(
-                configs[Key.ACTIVE_NODE_ID_LIST], configs[Key.DEAD_NODE_ID_LIST], site.min_sites
+    """This site's policy on the SecAgg+ stages (module doc): the checks before
+    ``secaggplus_mod`` answers a stage, and the signed statements added to its replies."""
+    configs = msg.content.config_records[RECORD_KEY_CONFIGS]
+    stage = configs.get(Key.STAGE)
+    site = SiteConfig.from_node_config(context.node_config)
+    run = context.state.config_records.get(RUN)
+    if run is None or run["run"] != context.run_id or "threshold" not in run:
+        raise Refused("SecAgg+ before this site prepared its vector in this run")
+    identity = Identity.load(site.site, site.signing_key, site.peers)
+    state = SecAggPlusState(**context.state.config_records.get(RECORD_KEY_STATE, {}))
+    if stage == Stage.SHARE_KEYS:
+        check_sites(len(configs) - 1, state.threshold, site.min_sites)
+        if state.threshold != run["threshold"]:
+            raise Refused(f"SecAgg+'s threshold {state.threshold} is not the plan's")
+        check_keys(identity, configs, msg.content.config_records.get(KEYS, {}), context.run_id)
+    elif stage == Stage.UNMASK:
+        least = max(run["threshold"], site.min_sites)
+        check_unmask(configs[Key.ACTIVE_NODE_ID_LIST], configs[Key.DEAD_NODE_ID_LIST], least)
+        views = msg.content.config_records.get(VIEWS, {})
+        check_views(identity, state, configs, views, context.run_id)
+    reply = call_next(msg, context)
+    if stage in (Stage.SETUP, Stage.COLLECT_MASKED_VECTORS) and not reply.has_error():
+        state = SecAggPlusState(**context.state.config_records[RECORD_KEY_STATE])
+        if stage == Stage.SETUP:
+            said = Statement(
+                "keys", context.run_id, state.nid, identity.site, keys_content(state.pk1, state.pk2)
             )
-    return call_next(msg, context)
+        else:
+            said = Statement("view", context.run_id, state.nid, identity.site, _view(state))
+        reply.content.config_records[SIGNED] = ConfigRecord({"signed": identity.sign(said)})
+    return reply
+
+
+def _view(state: SecAggPlusState) -> tuple[int, ...]:
+    """The nodes whose key shares this site holds: itself and the peers it masked with."""
+    return tuple(sorted(state.rd_seed_share_dict))
+
+
+def check_keys(identity: Identity, configs: Mapping, signed: Mapping, run: int) -> None:
+    """Refused unless every node's SecAgg+ public keys are signed by a pinned site, for
+    this run and that node, each site once."""
+    sites = {}
+    for nid, (pk1, pk2) in ((k, v) for k, v in configs.items() if k != Key.STAGE):
+        try:
+            said = identity.verify(signed.get(str(nid)), "keys", run, int(nid))
+        except BadStatement as err:
+            raise Refused(f"SecAgg+ keys: {err}") from None
+        if said.content != keys_content(pk1, pk2):
+            raise Refused(f"node {nid}: its keys are not the ones {said.site!r} signed")
+        sites[said.site] = sites.get(said.site, 0) + 1
+    if any(count > 1 for count in sites.values()):
+        raise Refused(f"one site signed the keys of several nodes: {sites}")
+
+
+def check_views(
+    identity: Identity, state: SecAggPlusState, configs: Mapping, views: Mapping, run: int
+) -> None:
+    """Refused unless the active and dropped nodes are exactly the peers this site
+    masked with, itself active, and every active node signed that same set."""
+    active, dead, mine = (
+        configs[Key.ACTIVE_NODE_ID_LIST],
+        configs[Key.DEAD_NODE_ID_LIST],
+        _view(state),
+    )
+    if state.nid not in active or tuple(sorted([*active, *dead])) != mine:
+        raise Refused(
+            f"the unmask request's active {sorted(active)} and dropped {sorted(dead)} nodes "
+            f"are not the peers this node ({state.nid}) masked with, {list(mine)}"
+        )
+    for nid in active:
+        try:
+            said = identity.verify(views.get(str(nid)), "view", run, int(nid))
+        except BadStatement as err:
+            raise Refused(f"views: {err}") from None
+        if said.content != mine:
+            raise Refused(
+                f"node {nid} ({said.site!r}) masked with {list(said.content)}, this node with "
+                f"{list(mine)}: the server showed the sites different peers"
+            )
 
 
 def check_sites(n_sites: int, threshold: int, min_sites: int) -> None:
