@@ -3,6 +3,8 @@
     distrank extract INPUT... --out FEATURES.npz
     distrank score --reference REF --model NAME=PATH [--model ...] --out scores.csv
     distrank report scores.csv --out report.html
+    distrank sketch --reference SITE --out SITE.sketch.npz --dim D --seed S --bandwidth B
+    distrank rank --sketch SITE.sketch.npz... --model NAME=PATH [--model ...] --out scores.csv
 
 Inputs are image folders (recursive; png, jpg, jpeg, webp, in sorted path order),
 image npz batches (``arr_0`` or ``images``, uint8 NHWC), CSV manifests (columns
@@ -26,7 +28,7 @@ from collections.abc import Callable
 
 from distrank._checks import InputError
 from distrank._progress import set_quiet
-from distrank.cli import extract, report, score
+from distrank.cli import extract, report, score, sketch
 from distrank.cli.common import (
     EXIT_CODES,
     EXIT_INPUT,
@@ -57,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str, Callable]] = {
     "extract": (extract.HELP, extract.DESCRIPTION, extract.add_arguments),
     "score": (score.HELP, score.DESCRIPTION, score.add_arguments),
     "report": (report.HELP, report.DESCRIPTION, report.add_arguments),
+    "sketch": (sketch.HELP, sketch.DESCRIPTION, sketch.add_arguments),
+    "rank": (sketch.RANK_HELP, sketch.RANK_DESCRIPTION, sketch.add_rank_arguments),
 }
 
 

@@ -1,9 +1,10 @@
 """A site's privacy ledger: every noisy release it made, composed across runs.
 
-Each secure run that adds noise releases sum_i n_i KD_i of M models under Gaussian noise
-of std sigma_run (the noise of the smallest sum the site lets the server unmask: t
-sites of std ``noise-std`` each). Its multiplier is z = sigma_run / (4 sqrt(M)) (4: the
-sum's sensitivity per model, ``metrics.privacy.SUM_SENSITIVITY``). Gaussian releases
+Each secure run that adds noise releases a sum (sum_i n_i KD_i of M models, or the
+pooled sketch) under Gaussian noise of std sigma_run (the noise of the smallest sum the
+site lets the server unmask: t sites of std ``noise-std`` each). Its multiplier is
+z = sigma_run / Delta, Delta the L2 sensitivity of the site's entries to one row (4
+sqrt(M) for KD, ``metrics.privacy.SUM_SENSITIVITY`` per model; 2 for a sketch). Gaussian releases
 compose exactly into one of multiplier (sum_r z_r^-2)^-1/2, whose epsilon at the
 budget's delta ``metrics.privacy.epsilon_spent`` gives. The site refuses a run that
 would take it past its ``budget-epsilon``; the ledger is a JSON-lines file that only
@@ -19,12 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrank.metrics.privacy import SUM_SENSITIVITY, epsilon_spent
+from distrank.metrics.privacy import epsilon_spent
 
 
-def run_multiplier(noise_std: float, threshold: int, n_models: int) -> float:
-    """z of one run: its smallest unmaskable sum's noise over the sensitivity of M models."""
-    return noise_std * math.sqrt(threshold) / (SUM_SENSITIVITY * math.sqrt(n_models))
+def run_multiplier(noise_std: float, threshold: int, sensitivity: float) -> float:
+    """z of one run: its smallest unmaskable sum's noise over the L2 sensitivity."""
+    return noise_std * math.sqrt(threshold) / sensitivity
 
 
 @dataclass(frozen=True)

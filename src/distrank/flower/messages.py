@@ -12,6 +12,10 @@ client-app process, so every model goes in the same request:
              "scores"   ArrayRecord   values: (models, metrics) float64
              "stats"    ArrayRecord   mean (d,), cov (d, d): only when the site's node
                                       config allows sharing its Gaussian statistics
+    sketch mode (``metrics = "kd_sketch"``): no model goes down; the reply holds
+             "sketch"   ArrayRecord   mean (D,): the site's mean sketch (with its own
+                                      noise when its node config asks), metadata in
+                                      the "site" record's sketch-meta (JSON)
 
 Arrays travel as their bytes (``flwr.app.Array``), so every float arrives exactly.
 """
@@ -28,6 +32,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 if TYPE_CHECKING:  # torch: not for the ClientApp processes that only pass messages
     from distrank.metrics.fd import GaussianStats
+    from distrank.metrics.sketch import Sketch
 
 #: the keyword arguments of ``metrics.score_client`` that a request carries
 OPTION_KEYS = (
@@ -54,6 +59,7 @@ class SiteReply:
     scores: dict[str, dict[str, float]]
     stats: GaussianStats | None = None
     error: str = ""
+    sketch: Sketch | None = None  # sketch mode: the site's mean sketch, instead of scores
 
 
 def encode_request(models: Mapping[str, np.ndarray], options: Mapping) -> RecordDict:
@@ -110,6 +116,14 @@ def encode_reply(
     return content
 
 
+def encode_sketch_reply(site: int | str, sketch: Sketch) -> RecordDict:
+    """A site's reply in sketch mode: its mean sketch, n and the sketch's metadata."""
+    record = {"site-id": site, "n": int(sketch.n), "error": ""}
+    record["sketch-meta"] = json.dumps(dict(sketch.meta), sort_keys=True)
+    mean = ArrayRecord({"mean": Array(np.asarray(sketch.mean, np.float64))})
+    return RecordDict({"site": ConfigRecord(record), "sketch": mean})
+
+
 def encode_error(site: int | str, error: str) -> RecordDict:
     """A site's reply when it could not score: its id and what went wrong."""
     return RecordDict(
@@ -133,6 +147,11 @@ def decode_reply(content: RecordDict) -> SiteReply:
         return SiteReply(site_id, 0, {}, error=str(error))
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"reply of site {site_id!r}: n must be a positive int, got {n!r}")
+    if "sketch" in content.array_records:
+        from distrank.metrics.sketch import Sketch
+
+        meta = json.loads(str(site.get("sketch-meta", "{}")))
+        return SiteReply(site_id, n, {}, sketch=Sketch(content["sketch"]["mean"].numpy(), n, meta))
     models, metrics = list(site.get("models", [])), list(site.get("metrics", []))
     values = content.array_records["scores"]["values"].numpy()
     if values.shape != (len(models), len(metrics)):

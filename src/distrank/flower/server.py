@@ -119,13 +119,17 @@ def main(grid: Grid, context: Context) -> None:
 
     settings = RunSettings.from_run_config(context.run_config)
     models = {name: load_features(path) for name, path in settings.models.items()}
+    sketching = settings.options["metrics"] == ["kd_sketch"]  # no model goes down
     replies = gather(
         grid,
-        encode_request(models, settings.options),
+        encode_request({} if sketching else models, settings.options),
         sites=settings.sites,
         timeout=settings.timeout,
     )
-    table = federated_table(replies, models=models, weights=settings.weights)
+    if sketching:
+        table = sketch_table(replies, models, sketches_dir(settings.out))
+    else:
+        table = federated_table(replies, models=models, weights=settings.weights)
     score_table.write(table, settings.out, report_meta(replies, settings), "csv")
     log(
         INFO,
@@ -145,6 +149,25 @@ def main(grid: Grid, context: Context) -> None:
             source=settings.out,
         )
         log(INFO, "distrank: wrote the report page %s", settings.report)
+
+
+def sketches_dir(out):
+    """Where sketch mode keeps the sites' sketches: ``scores.csv`` -> ``scores.sketches/``."""
+    return out.with_name(f"{out.stem}.sketches")
+
+
+def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder) -> pd.DataFrame:
+    """Sketch mode: each site's sketch saved to ``folder/<site>.sketch.npz`` (``distrank
+    rank --sketch`` scores later models from them, without the sites) and the table of
+    ``models`` from them (``metrics.scoring.score_sketches``)."""
+    from distrank.metrics import sketch
+    from distrank.metrics.scoring import score_sketches
+
+    sites = {str(r.site): r.sketch for r in sorted(replies, key=lambda r: str(r.site))}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, made in sites.items():
+        sketch.save(folder / f"{name}.sketch.npz", made)
+    return score_sketches(sites, models)
 
 
 def report_meta(replies: Sequence[SiteReply], settings: RunSettings) -> dict:

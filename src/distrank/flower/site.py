@@ -20,7 +20,12 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from distrank.flower.messages import decode_request, encode_error, encode_reply
+from distrank.flower.messages import (
+    decode_request,
+    encode_error,
+    encode_reply,
+    encode_sketch_reply,
+)
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure import site as secure_site
 
@@ -41,7 +46,7 @@ def exact_types_mod(msg: Message, context: Context, call_next) -> Message:
 app = ClientApp(mods=[exact_types_mod])
 
 
-def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
+def score_site(site: SiteConfig, request: RecordDict, run: int = 0) -> RecordDict:
     """The reply content to ``request``: scores (and statistics, if allowed), or the
     error that prevented them (a bad request, an unreadable file, too few rows)."""
     from distrank.features.cache import load_features
@@ -53,11 +58,41 @@ def score_site(site: SiteConfig, request: RecordDict) -> RecordDict:
     try:
         models, options, want_stats = decode_request(request)
         x = load_features(site.features)
+        if list(options["metrics"]) == ["kd_sketch"] and not models:  # sketch mode
+            return encode_sketch_reply(site.site, site_sketch(site, x, options, run))
         scores = score_client(x, models, options, device=site.device)
         stats = gaussian_stats(x, device=site.device) if want_stats and site.share_stats else None
     except (ValueError, OSError) as err:
         return encode_error(site.site, f"{type(err).__name__}: {err}")
     return encode_reply(site.site, len(x), scores, stats)
+
+
+def site_sketch(site: SiteConfig, x, options, run: int = 0):
+    """Sketch mode: this site's mean sketch of the request's public map (``kd_sketch``),
+    released with the noise its own node config asks for (and recorded in its ledger)."""
+    import numpy as np
+
+    from distrank.metrics import sketch
+    from distrank.metrics.families.sketch import DIM
+    from distrank.metrics.options import score_options
+    from distrank.metrics.privacy import release_sketch
+
+    o = score_options(options)
+    if o.kernel != "rbf" or "bandwidth" not in (o.kernel_params or {}):
+        raise ValueError("sketch mode: needs kernel rbf and a public 'bandwidth' (kernel-params)")
+    made = sketch.FeatureMap(x.shape[1], DIM, o.kernel_params["bandwidth"], o.seed).sketch(x)
+    if not site.noise_epsilon:
+        return made
+    made = release_sketch(
+        made, epsilon=site.noise_epsilon, delta=site.noise_delta, rng=np.random.default_rng()
+    )
+    if site.budget_epsilon:
+        from distrank.flower.ledger import Ledger
+
+        Ledger(site.ledger, site.budget_epsilon, site.noise_delta).record(
+            run, made.noise_std * made.n / 2.0, 1
+        )
+    return made
 
 
 @app.query(mods=[secure_site.guard_mod])
@@ -67,7 +102,7 @@ def query(msg: Message, context: Context) -> Message:
     site = SiteConfig.from_node_config(context.node_config)
     if "secure" in msg.content.config_records:
         return Message(secure_site.prepare(site, msg.content, context), reply_to=msg)
-    return Message(score_site(site, msg.content), reply_to=msg)
+    return Message(score_site(site, msg.content, context.run_id), reply_to=msg)
 
 
 @app.train(mods=[secure_site.guard_mod, secure_site.policy_mod, secaggplus_mod])

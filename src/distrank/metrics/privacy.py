@@ -240,11 +240,12 @@ class DistributedNoise:
 
     budget: PrivacyBudget
     threshold: int
+    sensitivity: float = SUM_SENSITIVITY  # of one release (2 for a sketch sum n_i s_i)
 
     @property
     def sum_std(self) -> float:
         """sigma: the noise std of a sum over ``threshold`` sites."""
-        return self.budget.noise_std(SUM_SENSITIVITY)
+        return self.budget.noise_std(self.sensitivity)
 
     @property
     def site_std(self) -> float:
@@ -260,13 +261,48 @@ class DistributedNoise:
 
 
 def distributed_noise(
-    *, epsilon: float, delta: float, n_models: int, threshold: int
+    *,
+    epsilon: float,
+    delta: float,
+    n_models: int,
+    threshold: int,
+    sensitivity: float = SUM_SENSITIVITY,
 ) -> DistributedNoise:
-    """The noise that makes the released KD_avg of ``n_models`` models (epsilon, delta)-DP."""
+    """The noise that makes the released KD_avg of ``n_models`` models (epsilon, delta)-DP
+    (each model's sum of sensitivity ``sensitivity``; a pooled sketch is one release of
+    sensitivity 2, ``metrics.sketch``)."""
     threshold = positive_int(threshold, "threshold", minimum=2)
-    return DistributedNoise(
-        client_budget(epsilon=epsilon, delta=delta, n_releases=n_models), threshold
-    )
+    budget = client_budget(epsilon=epsilon, delta=delta, n_releases=n_models)
+    return DistributedNoise(budget, threshold, float(sensitivity))
+
+
+# -- kernel mean sketches (metrics.sketch): one release of s_i, sensitivity 2 / n_i --
+
+
+def sketch_noise_std(n: int, *, epsilon: float, delta: float) -> float:
+    """sigma of one (epsilon, delta) Gaussian release of a mean sketch of n rows:
+    z_1(epsilon, delta) times the L2 sensitivity 2 / n."""
+    return noise_multiplier(epsilon=epsilon, delta=delta) * 2.0 / positive_int(n, "n")
+
+
+def release_sketch(sketch, *, epsilon: float, delta: float, rng: np.random.Generator):
+    """A ``metrics.sketch.Sketch`` with N(0, sigma^2 I) added, sigma =
+    :func:`sketch_noise_std` (one release for every model scored from it)."""
+    from distrank.metrics.sketch import Sketch
+
+    std = sketch_noise_std(sketch.n, epsilon=epsilon, delta=delta)
+    noisy = np.asarray(sketch.mean) + rng.normal(0.0, std, np.shape(sketch.mean))
+    meta = dict(sketch.meta) | {"epsilon": float(epsilon), "delta": float(delta), "noise_std": std}
+    return Sketch(noisy, sketch.n, meta)
+
+
+def sketch_sum_std(n: int, *, epsilon: float, delta: float, threshold: int, n_sites: int) -> float:
+    """The noise std of the pooled sketch when sites sum n_i s_i (sensitivity 2), each
+    adding N(0, sigma^2 / t): sigma sqrt(A / t) / n over A sites of n rows in all."""
+    sigma = 2.0 * noise_multiplier(epsilon=epsilon, delta=delta)
+    if n_sites < threshold:
+        raise ValueError(f"n_sites: a sum needs {threshold} sites, got {n_sites}")
+    return sigma * math.sqrt(n_sites / threshold) / n
 
 
 #: the options of :func:`private_scores` when none are given: KD through the rbf kernel

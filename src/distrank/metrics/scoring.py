@@ -207,3 +207,23 @@ def check_models(models, d: int) -> dict[str, torch.Tensor]:
     if len(ys) != len(models):
         raise ValueError("models: names are not distinct as strings")
     return ys
+
+
+def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The tidy score table of ``kd_sketch`` (KD of the sketched rbf kernel) of every model
+    against each site's sketch (``client``; site name -> ``metrics.sketch.Sketch``), their
+    size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
+    the sketches' metadata, which must agree."""
+    from distrank.clients import client_weights
+    from distrank.metrics.sketch import FeatureMap, check_compatible, pool, sketch_kd
+
+    check_compatible([s.meta for s in sites.values()])
+    first = next(iter(sites.values())).meta
+    fmap = FeatureMap(first["input_dim"], first["dim"], first["bandwidth"], first["seed"])
+    pooled, values = pool(list(sites.values())), {}
+    for name, y in models.items():
+        t = fmap.sketch(y)
+        local = [sketch_kd(s, t) for s in sites.values()]
+        values[name] = {"kd_sketch": (sketch_kd(pooled, t), local)}
+    weights = client_weights([s.n for s in sites.values()], "size")  # n_i / n, as pooled
+    return from_values(values, list(sites), weights)

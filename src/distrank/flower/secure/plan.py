@@ -121,9 +121,16 @@ class SecureSettings:
 
 
 def _noise(settings: RunSettings, epsilon: float, delta: float, threshold: int):
-    """The distributed noise of KD_avg; ValueError naming the key unless the run can add it."""
+    """The distributed noise of KD_avg (or of the pooled sketch); ValueError naming the
+    key unless the run can add it."""
     from distrank.metrics.privacy import check_private_options, distributed_noise
 
+    if sketch_only(settings.score_options.metrics):
+        if "bandwidth" not in (settings.score_options.kernel_params or {}):
+            raise ValueError("run config: 'noise-epsilon' needs an explicit rbf bandwidth")
+        return distributed_noise(
+            epsilon=epsilon, delta=delta, n_models=1, threshold=threshold, sensitivity=2.0
+        )
     if settings.weights != "size":
         raise ValueError(
             "run config: 'noise-epsilon' needs weights = \"size\" (with uniform weights "
@@ -165,6 +172,8 @@ class Plan:
     noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each noisy entry
     generator: str = GENERATOR
     threshold: int = 2  # the sites any unmasked sum covers at least (SecAgg+'s threshold)
+    seed: int = 0  # of a sketch's public feature map (kd_sketch)
+    bandwidth: float = 0.0  # of the rbf kernel a sketch's map approximates (kd_sketch)
 
     def sums(self) -> dict:
         """Metric key -> its secure sum."""
@@ -192,6 +201,10 @@ class Plan:
         """The clipping range s of each block: the power of two above its bound (and margin)."""
         return {name: scale_above(bound) for name, _, bound, _ in self.blocks()}
 
+    def sensitivity(self) -> float:
+        """The L2 sensitivity of a site's noisy entries to one of its rows (their metrics')."""
+        return sum(s.sensitivity(self) for s in self.sums().values() if s.noisy)
+
     def length(self) -> int:
         return sum(length for _, length, _, _ in self.blocks())
 
@@ -208,6 +221,8 @@ class Plan:
                 "noise-std": float(self.noise_std),
                 "generator": self.generator,
                 "threshold": self.threshold,
+                "seed": self.seed,
+                "bandwidth": float(self.bandwidth),
             }
         )
 
@@ -225,6 +240,8 @@ class Plan:
                 float(record["noise-std"]),
                 str(record["generator"]),
                 int(record["threshold"]),
+                int(record["seed"]),
+                float(record["bandwidth"]),
             )
         except KeyError as err:
             raise ValueError(f"secure request: no {err.args[0]!r} in its plan") from None
@@ -254,7 +271,7 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
     o, dim = settings.options, dims.pop()
     k_max = kernel_bound(o["kernel"], o["kernel_params"], dim, secure.feature_bound)
     return Plan(
-        tuple(models),
+        () if sketch_only(o["metrics"]) else tuple(models),  # a sketch needs no model
         tuple(o["metrics"]),
         dim,
         settings.weights,
@@ -263,7 +280,14 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
         k_max if "kd" in o["metrics"] else 0.0,
         secure.noise.site_std if secure.noise else 0.0,
         threshold=secure.threshold,
+        seed=o["seed"],
+        bandwidth=float((o["kernel_params"] or {}).get("bandwidth", 0.0)),
     )
+
+
+def sketch_only(metrics) -> bool:
+    """Whether a run releases the pooled sketch alone (``kd_sketch``): no model goes down."""
+    return tuple(metrics) == ("kd_sketch",)
 
 
 def public_centre(models: Mapping) -> np.ndarray:

@@ -56,9 +56,10 @@ def main(grid: Grid, context: Context) -> None:
     models = {name: load_features(path) for name, path in settings.models.items()}
     plan = make_plan(settings, secure, models)
     centre = public_centre(models)
+    sent = {m: models[m] for m in plan.models}  # none for a sketch
     ready = gather(
         grid,
-        encode_secure_request(models, settings.options, plan, centre),
+        encode_secure_request(sent, settings.options, plan, centre),
         sites=settings.sites,
         timeout=settings.timeout,
         decode=decode_ready,
@@ -84,6 +85,8 @@ def main(grid: Grid, context: Context) -> None:
     meta = secure_meta(settings, secure, included, {str(r.site): r.enforced for r in ready})
     with atomic_path(bounds_path(settings.out)) as tmp:
         bounds.to_csv(tmp, index=False)
+    if "kd_sketch" in plan.metrics:  # the pooled sketch ranks later models too
+        write_pooled_sketch(total, len(included), plan, secure.noise, sketch_path(settings.out))
     score_table.write(table, settings.out, meta, "csv")
     log(
         INFO,
@@ -136,6 +139,28 @@ def secure_meta(
             "site_noise_std": secure.noise.site_std,
         }
     return meta
+
+
+def sketch_path(out):
+    """Where secure mode's pooled sketch goes: ``scores.csv`` -> ``scores.sketch.npz``."""
+    return out.with_name(f"{out.stem}.sketch.npz")
+
+
+def write_pooled_sketch(mean, k: int, plan: Plan, noise, path) -> None:
+    """The pooled sketch of a secure sum, its noise std per entry in its metadata
+    (``distrank rank --sketch`` scores models from it later)."""
+    from distrank.metrics import sketch
+    from distrank.metrics.families.sketch import pooled_sketch
+
+    blocks = split(decode(mean, k, plan), plan)
+    n = int(round(blocks["rows"][0]))
+    pooled = pooled_sketch(plan, blocks, n)
+    if noise is not None:
+        budget = {"epsilon": noise.budget.epsilon, "delta": noise.budget.delta}
+        pooled = sketch.Sketch(
+            pooled.mean, n, pooled.meta | budget | {"noise_std": noise.released_std(n, k)}
+        )
+    sketch.save(path, pooled)
 
 
 def bounds_path(out):
@@ -323,12 +348,15 @@ def secure_table(
     errors = {name: k * s * SUM_ERROR for name, s in scales.items()}  # per summed entry
     n = int(round(blocks["rows"][0]))
     rows, bound_rows = [], []
+    names = plan.models or tuple(models)  # a sketch's plan has no model: the server's
+    scored = {g: models[g] for g in names}
     for metric, secure in plan.sums().items():
-        noise_std = noise.released_std(n, k) if noise and secure.noisy else 0.0
-        got = secure.finish(plan, blocks, n, k, centre, models, errors, device=device)
+        std = noise.released_std(n, k) if noise and secure.noisy else 0.0
+        noise_std = secure.value_noise(plan, scored, std) if std else np.zeros(len(names))
+        got = secure.finish(plan, blocks, n, k, centre, scored, errors, device=device)
         for agg, (values, bounds) in got.items():
-            for i, model in enumerate(plan.models):
+            for i, model in enumerate(names):
                 rows.append((model, metric, agg, "", float(values[i])))
-                bound_rows.append((model, metric, agg, float(bounds[i]), noise_std))
+                bound_rows.append((model, metric, agg, float(bounds[i]), float(noise_std[i])))
     columns = ["model", "metric", "aggregation", "bound", "noise_std"]
     return pd.DataFrame(rows, columns=COLUMNS), pd.DataFrame(bound_rows, columns=columns)

@@ -22,6 +22,7 @@ number at least the threshold and ``min-sites``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from logging import WARNING
 
@@ -116,10 +117,14 @@ def site_vector(
         )
     sums = plan.sums()
     scored = tuple(m for m, s in sums.items() if s.needs_scores)
-    scores = score_client(x, models, device=device, **(dict(options) | {"metrics": scored}))
+    scores = (
+        score_client(x, models, device=device, **(dict(options) | {"metrics": scored}))
+        if scored
+        else None
+    )
     parts = [np.array([n], np.float64)]
     for secure in sums.values():
-        parts += secure.site(plan, x, scores if scored else None, centre, device=device)
+        parts += secure.site(plan, x, scores, centre, device=device)
     return np.concatenate(parts)
 
 
@@ -169,16 +174,12 @@ def check_plan(site: SiteConfig, plan: Plan, models: Mapping, options: Mapping) 
 def check_noise(site: SiteConfig, plan: Plan) -> None:
     """Refused unless every released block is noisy, with at least the noise this
     site's (``noise-epsilon``, ``noise-delta``) calls for at the plan's threshold."""
-    from distrank.metrics.privacy import distributed_noise
+    from distrank.metrics.privacy import noise_multiplier
 
     if any(not s.noisy for s in plan.sums().values()):
         raise Refused(f"metrics {list(plan.metrics)}: this site releases only noisy sums")
-    need = distributed_noise(
-        epsilon=site.noise_epsilon,
-        delta=site.noise_delta,
-        n_models=len(plan.models),
-        threshold=plan.threshold,
-    ).site_std
+    z = noise_multiplier(epsilon=site.noise_epsilon, delta=site.noise_delta)
+    need = z * plan.sensitivity() / math.sqrt(plan.threshold)
     if plan.noise_std < need * (1 - 1e-9):
         raise Refused(f"the plan's noise std {plan.noise_std:g} is below this site's {need:g}")
 
@@ -190,7 +191,7 @@ def spend(site: SiteConfig, plan: Plan, run: int) -> None:
     if not site.budget_epsilon:
         return
     ledger = Ledger(site.ledger, site.budget_epsilon, site.noise_delta)
-    z = run_multiplier(plan.noise_std, plan.threshold, len(plan.models))
+    z = run_multiplier(plan.noise_std, plan.threshold, plan.sensitivity())
     try:
         ledger.record(run, z, len(plan.models))
     except ValueError as err:

@@ -107,6 +107,17 @@ class SecureSum:
     moments = False
     noisy = False
 
+    def sensitivity(self, plan) -> float:
+        """The L2 norm by which one site's noisy entries can move when one of its rows is
+        replaced (what secure mode's noise is calibrated for)."""
+        raise NotImplementedError
+
+    def value_noise(self, plan, models, std: float):
+        """The noise std of each model's value when the summed noisy entries carry ``std``."""
+        import numpy as np
+
+        return np.full(len(models), std)
+
     def blocks(self, plan) -> list[tuple[str, int, float]]:
         raise NotImplementedError
 
@@ -123,8 +134,19 @@ class WeightedSum(SecureSum):
 
     needs_scores = True
 
-    def __init__(self, key: str, bound: Callable[[Any], float], *, noisy: bool = False):
-        self.key, self.bound, self.noisy = key, bound, noisy
+    def __init__(
+        self,
+        key: str,
+        bound: Callable[[Any], float],
+        *,
+        noisy: bool = False,
+        sensitivity: float = 0.0,
+    ):
+        self.key, self.bound, self.noisy, self.unit = key, bound, noisy, sensitivity
+
+    def sensitivity(self, plan) -> float:
+        """``sensitivity`` per model's w_i D_i, over the plan's models (L2)."""
+        return self.unit * len(plan.models) ** 0.5
 
     def blocks(self, plan) -> list[tuple[str, int, float]]:
         weight = plan.max_rows if plan.weights == "size" else 1

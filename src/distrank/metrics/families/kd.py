@@ -143,5 +143,6 @@ KD_METRIC = Metric(
         },
     },
     # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball
-    secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, noisy=True),
+    # replacing a row moves n_i KD_i by at most 4 (metrics.privacy.SUM_SENSITIVITY)
+    secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, noisy=True, sensitivity=4.0),
 )
