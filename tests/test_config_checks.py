@@ -179,3 +179,47 @@ def test_a_knob_a_model_does_not_have_is_named_before_any_job():
         match=r"E4.families.vae.knob: a vae model has no knob 'temprature'; its knobs: \['temperature'\]",
     ):
         check(sweep)
+
+
+def _imagenet() -> dict:
+    return yaml.safe_load((REPO / "configs" / "imagenet256.yaml").read_text())
+
+
+def test_a_label_free_source_cannot_feed_class_partitions_before_any_download():
+    cfg = _imagenet()
+    cfg["reference"]["source"]["labels"] = False
+    raises(
+        cfg,
+        "partitions.dirichlet (dirichlet), partitions.one_class (one_class), experiments.E8",
+        "declared label-free (labels: false)",
+        "kmeans",
+    )
+
+
+def test_the_label_free_route_of_imagenet_passes():
+    cfg = _imagenet()
+    cfg["reference"]["source"]["labels"] = False
+    del cfg["experiments"]["E8"]
+    for key in ("E1", "E2", "E6"):
+        cfg["experiments"][key]["partition"] = "kmeans"
+    assert check(cfg) == []
+
+
+def test_declared_labels_name_exactly_what_needs_them():
+    cfg = _imagenet()
+    assert check(cfg) == []
+    cfg["reference"]["source"]["labels"] = ["partitions.dirichlet"]
+    raises(
+        cfg,
+        "reference.source.labels lists ['partitions.dirichlet']",
+        "write labels: ['partitions.dirichlet', 'partitions.one_class', 'experiments.E8']",
+    )
+    del cfg["reference"]["source"]["labels"]
+    (warning,) = check(cfg)
+    assert "npz, which has them only if it holds arr_1" in warning
+
+
+def test_a_folder_without_labels_cannot_be_declared_labelled():
+    cfg = config(experiments={"E1": {"partition": "kmeans"}})
+    cfg["reference"] = {"source": {"kind": "folder", "path": "imgs/", "labels": True}, "n": 100}
+    raises(cfg, "reference.source.labels is True", "folder without labels_from_subfolders")

@@ -138,30 +138,74 @@ def _check_artifact(config: Mapping, where: str, name: str, *, extract: bool) ->
         )
 
 
-def _check_labels(config: Mapping) -> None:
-    if labelled(config["reference"]["source"]):
-        return
+def label_needs(config: Mapping) -> list[str]:
+    """The config keys that need the reference's class labels: ``reference.per_class``,
+    the class partitions that experiments use, and E8 (which splits by class)."""
     needs = ["reference.per_class"] if "per_class" in config["reference"] else []
     used = {e["partition"] for e in config["experiments"].values() if "partition" in e}
     needs += [
-        f"partitions.{p} ({config['partitions'][p]['kind']})"
-        for p in sorted(used)
-        if config["partitions"][p]["kind"] in NEEDS_LABELS
+        f"partitions.{p}" for p in sorted(used) if config["partitions"][p]["kind"] in NEEDS_LABELS
     ]
-    if needs:
+    if "E8" in config["experiments"]:
+        needs.append("experiments.E8")
+    return needs
+
+
+def _described(config: Mapping, needs: list[str]) -> str:
+    """``needs`` for a message, each partition with its kind."""
+    return ", ".join(
+        f"{n} ({config['partitions'][n.partition('.')[2]]['kind']})"
+        if n.startswith("partitions.")
+        else n
+        for n in needs
+    )
+
+
+def _check_labels(config: Mapping) -> None:
+    """What needs class labels gets a reference source that can give them, checked
+    before any download; an npz (labels only if it holds arr_1) must say so."""
+    source = config["reference"]["source"]
+    declared = source.get("labels")
+    needs = label_needs(config)
+    if declared is not None and declared is not False and not labelled(source):
         raise ValueError(
-            f"config: {', '.join(needs)} need(s) class labels, but "
-            "reference.source is a folder without labels_from_subfolders; use n "
+            f"config: reference.source.labels is {declared!r}, but reference.source is a "
+            "folder without labels_from_subfolders, which has no labels"
+        )
+    if not needs:
+        return
+    if declared is False or not labelled(source):
+        why = (
+            "reference.source is declared label-free (labels: false)"
+            if declared is False
+            else "reference.source is a folder without labels_from_subfolders"
+        )
+        raise ValueError(
+            f"config: {_described(config, needs)} need(s) class labels, but {why}; use n "
             "and kmeans partitions"
+        )
+    if isinstance(declared, list) and sorted(declared) != sorted(needs):
+        raise ValueError(
+            f"config: reference.source.labels lists {declared}, but the keys that need "
+            f"the labels are {needs}: write labels: {needs}"
         )
 
 
 def _warnings(config: Mapping) -> list[str]:
+    warnings = []
     checkpoints = [m for m, spec in config["models"].items() if spec["kind"] == "checkpoint"]
     if checkpoints and not config.get("trust_pickles", False):
-        return [
+        warnings.append(
             f"config: trust_pickles is false, so generating {', '.join(checkpoints)} will "
             "fail: loading a network pickle runs code from it. Set trust_pickles: true "
             "only for checkpoints you trust (e.g. NVIDIA's, verified by checksum)."
-        ]
-    return []
+        )
+    source = config["reference"]["source"]
+    needs = label_needs(config)
+    if needs and source["kind"] == "npz" and "labels" not in source:
+        warnings.append(
+            f"config: {_described(config, needs)} need(s) class labels, and reference.source is an "
+            "npz, which has them only if it holds arr_1: declare reference.source.labels: "
+            f"{needs} so that a batch without them fails as soon as it is read"
+        )
+    return warnings

@@ -168,3 +168,125 @@ def test_redirect_and_query_string(http_server, tmp_path):
     dest = fetch(http_server.url("s/blob.bin?dl=1"), tmp_path / "blob.bin", md5=MD5, **FAST)
     assert dest.read_bytes() == PAYLOAD
     assert http_server.requests[0]["query"] == "dl=1"
+
+
+# --- GitHub code archives: identified by commit and tree, bytes second ------------------------
+
+COMMIT = "6f160b3d22b8b178ebe533a50d4d5e63aedba21d"
+
+
+def _code_archive(files: dict, *, commit=COMMIT, compresslevel=9, mtime=0) -> bytes:
+    """A .tar.gz laid out as `git archive` (GitHub) writes one: a pax global header with
+    the commit, then <repo>-<commit>/... members."""
+    import gzip
+    import io
+    import tarfile
+
+    raw = io.BytesIO()
+    headers = {"comment": commit} if commit else {}
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT, pax_headers=headers) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"repo-{COMMIT}/{name}")
+            if isinstance(data, tuple):  # (symlink target,)
+                info.type, info.linkname = tarfile.SYMTYPE, data[0]
+            else:
+                info.size, info.mode = len(data), 0o775 if name.endswith(".sh") else 0o664
+            tar.addfile(info, io.BytesIO(data) if not isinstance(data, tuple) else None)
+    return gzip.compress(raw.getvalue(), compresslevel=compresslevel, mtime=mtime)
+
+
+FILES = {"README.md": b"hello\n", "a/b.py": b"x = 1\n", "a/run.sh": b"#!/bin/sh\n", "ln": ("a",)}
+
+
+def _git_tree_id(files: dict, tmp_path) -> str:
+    """Independent: the tree id git itself computes for these files."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    repo = tmp_path / "gitrepo"
+    repo.mkdir()
+    for name, data in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, tuple):
+            path.symlink_to(data[0])
+        else:
+            path.write_bytes(data)
+            if name.endswith(".sh"):
+                path.chmod(0o755)
+    env = {"GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo), "PATH": os.environ["PATH"]}
+    subprocess.run(["git", "init", "-q"], env=env, check=True)
+    subprocess.run(["git", "add", "-A"], env=env, check=True)
+    return subprocess.run(
+        ["git", "write-tree"], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_archive_identity_is_the_commit_and_git_tree(tmp_path):
+    from distrank.data.download import archive_identity, code_archive_commit
+
+    path = tmp_path / "code.tar.gz"
+    path.write_bytes(_code_archive(FILES))
+    identity = archive_identity(path)
+    assert identity.commit == COMMIT
+    assert identity.tree == _git_tree_id(FILES, tmp_path)
+    assert code_archive_commit(f"https://github.com/NVlabs/x/archive/{COMMIT}.tar.gz") == COMMIT
+    assert code_archive_commit(f"http://127.0.0.1:9/NVlabs/x/archive/{COMMIT}.tar.gz") == COMMIT
+    assert code_archive_commit("https://github.com/NVlabs/x/archive/main.tar.gz") is None
+
+
+def test_recompressed_code_archive_is_accepted_by_tree(http_server, tmp_path, caplog):
+    """GitHub once changed its archives' compression: same commit, same files, new bytes."""
+    url = http_server.put(f"NVlabs/repo/archive/{COMMIT}.tar.gz", _code_archive(FILES))
+    lock, dest = tmp_path / "checksums.lock", tmp_path / "code"
+    fetch(url, dest, lockfile=lock, **FAST)
+    first = read_lockfile(lock)[url]
+    assert first["commit"] == COMMIT and first["tree"] == _git_tree_id(FILES, tmp_path)
+    assert first["sha256"] == hashlib.sha256(dest.read_bytes()).hexdigest()
+
+    dest.unlink()
+    recompressed = _code_archive(FILES, compresslevel=1, mtime=12345)
+    http_server.put(f"NVlabs/repo/archive/{COMMIT}.tar.gz", recompressed)
+    with caplog.at_level("WARNING"):
+        fetch(url, dest, lockfile=lock, **FAST)
+    assert dest.read_bytes() == recompressed
+    again = read_lockfile(lock)[url]
+    assert again["tree"] == first["tree"] and again["sha256"] != first["sha256"]
+    assert "archive's bytes changed" in caplog.text
+
+
+def test_code_archive_with_other_files_or_commit_is_refused(http_server, tmp_path):
+    name = f"NVlabs/repo/archive/{COMMIT}.tar.gz"
+    url = http_server.put(name, _code_archive(FILES))
+    lock, dest = tmp_path / "checksums.lock", tmp_path / "code"
+    fetch(url, dest, lockfile=lock, **FAST)
+    tree = read_lockfile(lock)[url]["tree"]
+    dest.unlink()
+    http_server.put(name, _code_archive({**FILES, "a/b.py": b"x = 2\n"}))
+    with pytest.raises(ChecksumError, match=f"tree: expected {tree}"):
+        fetch(url, dest, lockfile=lock, **FAST)
+    assert not dest.exists() and read_lockfile(lock)[url]["tree"] == tree
+
+    other = tmp_path / "other"
+    url2 = http_server.put(
+        f"NVlabs/other/archive/{COMMIT}.tar.gz", _code_archive(FILES, commit="a" * 40)
+    )
+    with pytest.raises(ChecksumError, match=f"names commit {'a' * 40}, not the URL's {COMMIT}"):
+        fetch(url2, other, lockfile=lock, **FAST)
+    assert not other.exists() and url2 not in read_lockfile(lock)
+
+
+def test_code_archive_recorded_by_bytes_only_gains_its_tree(http_server, tmp_path):
+    data = _code_archive(FILES)
+    url = http_server.put(f"NVlabs/repo/archive/{COMMIT}.tar.gz", data)
+    lock = tmp_path / "checksums.lock"
+    entry = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    lock.write_text(json.dumps({url: entry}))
+    fetch(url, tmp_path / "code", lockfile=lock, **FAST)
+    assert read_lockfile(lock)[url] == {
+        **entry,
+        "commit": COMMIT,
+        "tree": _git_tree_id(FILES, tmp_path),
+    }

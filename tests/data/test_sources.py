@@ -305,3 +305,72 @@ def test_fashion_mnist_source():
 def test_config_errors(source, paths, error, message):
     with pytest.raises(error, match=message):
         load_source(source, paths=paths)
+
+
+# --- declared labels (issue 37, item 3) and FFHQ's held-out folder (item 4) --------------------
+
+
+def test_npz_without_labels_fails_at_once_when_declared_labelled(tmp_path, monkeypatch):
+    import distrank.data.sources as sources
+    from distrank.data.sources import MissingLabelsError
+
+    path = tmp_path / "VIRTUAL_imagenet256_labeled.npz"
+    path.write_bytes(npz_bytes(arr_0=rng.integers(0, 256, (3, 4, 4, 3), dtype=np.uint8)))
+    paths = {"imagenet256_ref": str(path)}
+    needs = ["partitions.dirichlet", "experiments.E8"]
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("images were read before the labels were checked")
+
+    monkeypatch.setattr(sources, "read_adm_npz", no_reading)
+    source = {"kind": "npz", "artifact": "imagenet256_ref", "labels": needs}
+    with pytest.raises(MissingLabelsError) as err:
+        load_source(source, paths=paths)
+    message = str(err.value)
+    for fragment in ("artifact 'imagenet256_ref'", "arr_0", "no arr_1", *needs, "kmeans"):
+        assert fragment in message
+    with pytest.raises(MissingLabelsError, match="labels required"):
+        load_source({**source, "labels": True}, paths=paths)
+
+
+def test_declared_labels_pass_or_are_dropped(adm_batch):
+    paths, images, labels = adm_batch
+    source = {"kind": "npz", "artifact": "imagenet256_ref"}
+    got = load_source({**source, "labels": ["partitions.dirichlet"]}, paths=paths)
+    assert got.labels.tolist() == labels.tolist()
+    assert load_source({**source, "labels": False}, paths=paths).labels is None
+    with pytest.raises(ValueError, match="'labels' must be true, false or a list"):
+        load_source({**source, "labels": "yes"}, paths=paths)
+
+
+def _ffhq_folder(root, counts):
+    """FFHQ's layout: folders 00000, 01000, ... of PNGs named by their global index."""
+    faces = {}
+    for folder, count in counts.items():
+        for j in range(count):
+            index = int(folder) + j
+            face = np.full((4, 4, 3), index % 251, np.uint8)
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            (root / folder / f"{index:05d}.png").write_bytes(png_bytes(face))
+            faces[index] = face
+    return faces
+
+
+def test_ffhq_heldout_folder_is_excluded_by_name_and_counts_checked(tmp_path):
+    # An incomplete download: 00000 complete, 01000 short, and the held-out 69000 there.
+    _ffhq_folder(tmp_path, {"00000": 3, "01000": 1, "69000": 2})
+    reference = {"kind": "folder", "path": str(tmp_path), "exclude": ["69000"]}
+    # What max_images used to do: "the first N" lets held-out faces in when folders are short.
+    leaky = load_source({"kind": "folder", "path": str(tmp_path), "max_images": 5})
+    assert (leaky.images[:, 0, 0, 0] == 69000 % 251).any()
+    got = load_source(reference)
+    assert got.images[:, 0, 0, 0].tolist() == [0, 1, 2, 1000 % 251]  # no 69000 face
+    with pytest.raises(
+        ValueError, match=r"expect_images is 5, but it holds 4 images \(without \['69000'\]\)"
+    ):
+        load_source({**reference, "expect_images": 5})
+    assert len(load_source({**reference, "expect_images": 4})) == 4
+    heldout = {"kind": "folder", "path": str(tmp_path), "subdir": "69000", "expect_images": 2}
+    assert load_source(heldout).images[:, 0, 0, 0].tolist() == [69000 % 251, 69001 % 251]
+    with pytest.raises(FileNotFoundError, match="no images left after exclude"):
+        load_source({**heldout, "exclude": ["69000.png", "69001.png"], "expect_images": 1})

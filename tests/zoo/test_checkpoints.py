@@ -26,6 +26,7 @@ import torch
 from distrank.data import fetch, read_lockfile, safe_extract
 from distrank.zoo.checkpoints import (
     EDM,
+    PLUGINS,
     STYLEGAN2_ADA,
     UntrustedPickleError,
     edm_sample,
@@ -80,6 +81,9 @@ class Generator(torch.nn.Module):
         w = self.mapping(torch.cat([z.to(torch.float32), c.to(torch.float32)], dim=1))
         w = self.w_avg.lerp(w, truncation_psi)
         img = 1.5 * torch.tanh(self.synthesis(w))  # beyond [-1, 1], as real outputs can be
+        # Batch-dependent like real fp16 networks, which fuse modulated convolutions only
+        # at batch 1: the images must come from one-image passes, as in generate.py.
+        img = img + 0.05 * (len(z) - 1)
         return img.reshape(-1, self.img_channels, self.img_resolution, self.img_resolution)
 
     def __setstate__(self, state):
@@ -308,7 +312,7 @@ def test_generates_seeded_images_and_restores_sys_path(stylegan, traces, tmp_pat
     )
     assert images.shape == (5, 4, 4, 3) and images.dtype == np.uint8 and labels is None
     assert unpickled.exists()
-    assert forward_calls() == ["0.7 const 2", "0.7 const 2", "0.7 const 1"]
+    assert forward_calls() == ["0.7 const 1"] * 5  # one image per pass, as generate.py
     assert sys.path == path_before
     assert not {"training", "training.networks", "legacy", "dnnlib", "torch_utils"} & set(
         sys.modules
@@ -344,7 +348,7 @@ def test_generates_seeded_images_and_restores_sys_path(stylegan, traces, tmp_pat
         pkl, code_dir, n=4, seed=3, truncation_psi=0.0, device="cpu", trust_pickles=True
     )
     assert (collapsed == collapsed[0]).all()
-    assert forward_calls()[-1] == "0.0 const 4"
+    assert forward_calls()[-1] == "0.0 const 1"
 
 
 def test_conditional_network_labels(http_server, tmp_path, traces):
@@ -418,6 +422,88 @@ def test_upstream_code_shadows_and_restores_modules(tmp_path):
         assert sys.modules["dnnlib"] is sentinel
     finally:
         del sys.modules["dnnlib"]
+
+
+def test_stylegan_images_do_not_depend_on_batch_size_or_chunks(stylegan, traces):
+    """The fake network shifts every pixel at batch > 1 (as fp16 networks do): the
+    images of every batch size and chunking are generate.py's one-seed images."""
+    pkl, code_dir = stylegan
+    code_root = code_dir / STYLEGAN2_ADA.top_folder
+    reference = reference_images(pkl, code_root, range(10, 18), 1.0)
+    for batch in (1, 3, 8):
+        images, _ = generate_from_checkpoint(
+            pkl, code_dir, n=8, seed=10, batch_size=batch, device="cpu", trust_pickles=True
+        )
+        np.testing.assert_array_equal(images, reference)
+    chunks = [
+        generate_from_checkpoint(
+            pkl, code_dir, n=n, seed=10 + start, batch_size=8, device="cpu", trust_pickles=True
+        )[0]
+        for start, n in ((0, 3), (3, 5))
+    ]
+    np.testing.assert_array_equal(np.concatenate(chunks), reference)
+
+
+CUSTOM_OPS = """
+import importlib
+import torch.utils.cpp_extension
+
+_cached_plugins = dict()
+
+def get_plugin(module_name, sources, **build_kwargs):
+    # Upstream's 6f160b3 torch_utils/custom_ops.py, reduced to what fails under torch 2.x:
+    # load() builds and returns the module, then it is imported by name.
+    if module_name in _cached_plugins:
+        return _cached_plugins[module_name]
+    torch.utils.cpp_extension.load(name=module_name, verbose=False, sources=sources, **build_kwargs)
+    module = importlib.import_module(module_name)
+    _cached_plugins[module_name] = module
+    return module
+"""
+
+
+def test_cuda_plugins_load_with_the_module_that_load_returns(tmp_path, monkeypatch):
+    """Item 1, on the CPU: torch 2.x's load() returns the plugin without registering it
+    in sys.modules; upstream's import by name fails, the patched get_plugin does not."""
+    import torch.utils.cpp_extension
+
+    built = []
+
+    def load(name, sources, verbose=False, **kwargs):  # torch 2.x: returns, registers nothing
+        built.append(name)
+        return type(sys)(name)
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    tree = fake_upstream(tmp_path, STYLEGAN2_ADA, STYLEGAN_NETWORKS, legacy=True)
+    (tree / "torch_utils" / "custom_ops.py").write_text(CUSTOM_OPS)
+
+    saved = list(sys.path)
+    sys.path.insert(0, str(tree))  # upstream as it is, unpatched: the build "succeeds"...
+    try:
+        with pytest.raises(ModuleNotFoundError, match="fake_plugin"):  # ...the import fails
+            importlib.import_module("torch_utils.custom_ops").get_plugin("fake_plugin", [])
+    finally:
+        sys.path[:] = saved
+        for name in [n for n in sys.modules if n.partition(".")[0] == "torch_utils"]:
+            del sys.modules[name]
+
+    with upstream_code(tree):
+        from torch_utils import custom_ops
+
+        plugin = custom_ops.get_plugin("fake_plugin", sources=["fake.cu"])
+        assert plugin.__name__ == "fake_plugin" and sys.modules["fake_plugin"] is plugin
+        assert custom_ops.get_plugin("fake_plugin", sources=["fake.cu"]) is plugin  # cached
+    assert built == ["fake_plugin", "fake_plugin"] and "fake_plugin" in PLUGINS
+    assert "fake_plugin" not in sys.modules and torch.utils.cpp_extension.load is load
+    assert (tree / "torch_utils" / "custom_ops.py").read_text() == CUSTOM_OPS  # not edited
+
+
+def test_upstream_code_drops_modules_made_by_persistence(tmp_path):
+    """Item 5: torch_utils.persistence exec()s pickled source into _imported_module_<hex>."""
+    tree = fake_upstream(tmp_path, STYLEGAN2_ADA, STYLEGAN_NETWORKS, legacy=True)
+    with upstream_code(tree):
+        sys.modules["_imported_module_0123abcd"] = type(sys)("_imported_module_0123abcd")
+    assert not [name for name in sys.modules if name.startswith("_imported_module_")]
 
 
 # --- EDM ---------------------------------------------------------------------------------------

@@ -15,19 +15,34 @@ anyone on the path can swap (only the checksum would notice), is refused unless
 the caller opts in with ``allow_http=True`` (config ``downloads_allow_http: true``,
 for a trusted local mirror); a redirect that changes the scheme (https to http,
 say) is refused either way.
+
+A GitHub code archive (``.../archive/<40-hex commit>.tar.gz``) is identified by
+what it holds, not by its bytes, which GitHub has changed before (it generates
+archives on demand and once switched their compression): the commit id in the
+tar's pax header (``git archive`` writes it) must be the URL's, and the git tree id
+computed from the members (:func:`archive_identity`; for an archive without
+export-ignored files it equals ``git rev-parse <commit>^{tree}``) is recorded in
+the lock file beside the sha256. Later downloads must match the tree; the sha256
+is a secondary check: a mismatch with the same commit and tree is logged and the
+new bytes recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import logging
 import os
+import re
+import stat
+import tarfile
 import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from distrank._io import atomic_open, file_digest
@@ -38,7 +53,10 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 __all__ = [
+    "ArchiveIdentity",
     "ChecksumError",
+    "archive_identity",
+    "code_archive_commit",
     "DownloadError",
     "fetch",
     "read_lockfile",
@@ -99,12 +117,30 @@ def fetch(
     allow_http : accept a plain http ``url`` (a trusted local mirror). Redirects
         must keep the scheme of ``url`` whatever this says.
 
+    A GitHub code archive checked by the lock file is identified by its commit and
+    tree, the sha256 being a secondary check (see the module doc); with a published
+    checksum its bytes must match that, and its commit the URL's.
+
     If ``dest`` already exists and verifies, nothing is downloaded. On a size
     or checksum mismatch the bad file is deleted and :class:`ChecksumError`
     names the URL, the file, and the expected and actual values.
     """
     dest = Path(dest)
     _check_scheme(url, allow_http=allow_http)
+    commit = code_archive_commit(url)
+    if commit is not None and sha256 is None and md5 is None and lockfile is not None:
+        return _fetch_code_archive(
+            url,
+            dest,
+            commit,
+            size=size,
+            lockfile=lockfile,
+            retries=retries,
+            timeout=timeout,
+            chunk=chunk,
+            backoff=backoff,
+            allow_http=allow_http,
+        )
     expected, record_in_lock = _expectations(url, sha256, md5, size, lockfile)
     size = expected.size
     if dest.exists():
@@ -130,10 +166,204 @@ def fetch(
             f"download of {url} to {dest} failed verification: {problem}; "
             "the bad file was deleted" + expected.lock_hint()
         )
+    commit = code_archive_commit(url)
+    if commit is not None:
+        _check_commit(url, part, archive_identity(part), commit)
     os.replace(part, dest)
     if record_in_lock:
         _record_in_lockfile(lockfile, url, dest)
     return dest
+
+
+# ---------------------------------------------------------------------------
+# GitHub code archives: identified by commit and tree
+
+_CODE_ARCHIVE = re.compile(r"/archive/([0-9a-f]{40})\.(?:tar\.gz|tgz|tar)$")
+
+
+def code_archive_commit(url: str) -> str | None:
+    """The commit of a GitHub-style code archive URL (``.../archive/<40 hex>.tar.gz``,
+    on github.com or a mirror of it), else None."""
+    match = _CODE_ARCHIVE.search(urlsplit(url).path)
+    return match[1] if match else None
+
+
+@dataclass(frozen=True)
+class ArchiveIdentity:
+    """What a code archive holds: the commit of its pax header and its git tree id."""
+
+    commit: str | None  # None: no pax ``comment`` header
+    tree: str  # 40 hex: git's tree id of the files below the single top folder
+
+
+def archive_identity(path: str | os.PathLike) -> ArchiveIdentity:
+    """The commit (``git archive``'s pax global header ``comment``) and the git tree
+    id of a tar archive's content below its single top folder (``<repo>-<commit>/``).
+
+    The tree id is git's: blobs ``sha1("blob <size>\\0" + data)``, files 100644 or
+    100755 (owner-executable), symlinks 120000, directories 40000, entries in git's
+    order. Empty directories (git has none; ``git archive`` writes submodules so)
+    are left out.
+    """
+    with tarfile.open(path, "r:*") as archive:
+        entries: dict[PurePosixPath, tuple[str, bytes]] = {}
+        for member in archive:
+            name = PurePosixPath(member.name)
+            if member.isdir():
+                continue
+            if member.issym():
+                mode, data = "120000", member.linkname.encode()
+            elif member.isfile():
+                mode = "100755" if member.mode & stat.S_IXUSR else "100644"
+                data = archive.extractfile(member).read()
+            else:
+                raise ValueError(f"{path}: member {member.name!r} is neither file nor symlink")
+            entries[name] = (mode, _git_object("blob", data))
+        commit = archive.pax_headers.get("comment")
+    tops = {name.parts[0] for name in entries}
+    if len(tops) != 1 or any(len(name.parts) < 2 for name in entries):
+        raise ValueError(f"{path}: a code archive holds one top folder, found {sorted(tops)[:5]}")
+    tree = _git_tree({PurePosixPath(*n.parts[1:]): e for n, e in entries.items()})
+    commit = commit.strip() if commit else None
+    return ArchiveIdentity(
+        commit if commit and re.fullmatch("[0-9a-f]{40}", commit) else None, tree.hex()
+    )
+
+
+def _git_object(kind: str, data: bytes) -> bytes:
+    return hashlib.sha1(f"{kind} {len(data)}\0".encode() + data, usedforsecurity=False).digest()
+
+
+def _git_tree(entries: dict[PurePosixPath, tuple[str, bytes]]) -> bytes:
+    """git's tree id of files (path -> (mode, blob id)) relative to the tree's root."""
+    children: dict[str, dict] = {}
+    own: dict[str, tuple[str, bytes]] = {}
+    for path, entry in entries.items():
+        if len(path.parts) == 1:
+            own[path.parts[0]] = entry
+        else:
+            children.setdefault(path.parts[0], {})[PurePosixPath(*path.parts[1:])] = entry
+    for name, sub in children.items():
+        own[name] = ("40000", _git_tree(sub))
+    # git orders entries by name, a directory's name compared as if it ended in "/".
+    order = sorted(own, key=lambda n: n.encode() + (b"/" if own[n][0] == "40000" else b""))
+    body = b"".join(f"{own[n][0]} {n}\0".encode() + own[n][1] for n in order)
+    return _git_object("tree", body)
+
+
+def _check_commit(url: str, path: Path, identity: ArchiveIdentity, commit: str) -> None:
+    if identity.commit != commit:
+        path.unlink(missing_ok=True)
+        raise ChecksumError(
+            f"{url}: the archive's pax header names commit {identity.commit} "
+            f"(None: no commit recorded), not the URL's {commit}; the file was deleted"
+        )
+
+
+def _fetch_code_archive(
+    url, dest, commit, *, size, lockfile, retries, timeout, chunk, backoff, allow_http
+):
+    """fetch() of a GitHub code archive checked by the lock file: commit, then tree,
+    then (secondary) sha256."""
+    entry = read_lockfile(lockfile).get(url)
+    if entry is not None and "tree" not in entry:
+        # Recorded before trees were: the bytes must match once, then the tree is added.
+        fetch(
+            url,
+            dest,
+            sha256=entry["sha256"],
+            size=entry.get("size"),
+            retries=retries,
+            timeout=timeout,
+            chunk=chunk,
+            backoff=backoff,
+            allow_http=allow_http,
+        )
+        identity = archive_identity(dest)
+        _check_commit(url, dest, identity, commit)
+        _update_lock_entry(lockfile, url, dest, identity)
+        return dest
+    if dest.exists():
+        problem = _code_archive_problem(dest, commit, entry)
+        if problem is None:
+            _update_lock_entry(lockfile, url, dest, archive_identity(dest))
+            return dest
+        log.warning("%s exists but does not verify (%s); downloading it again", dest, problem)
+        dest.unlink()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    part.unlink(missing_ok=True)  # GitHub's bytes may differ between requests: no resuming
+    log.info("downloading %s to %s", url, dest)
+    _download_with_retries(
+        url, part, size=size, retries=retries, timeout=timeout, chunk=chunk, backoff=backoff
+    )
+    if size is not None and part.stat().st_size != size:
+        got = part.stat().st_size
+        part.unlink()
+        raise ChecksumError(f"download of {url}: size: expected {size} bytes, got {got}")
+    problem = _code_archive_problem(part, commit, entry)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise ChecksumError(
+            f"download of {url} to {dest} failed verification: {problem}; the bad file was "
+            f"deleted. The tree was recorded in {lockfile} on first download; if the code "
+            "legitimately changed (it cannot for one commit), delete its entry there"
+        )
+    os.replace(part, dest)
+    _update_lock_entry(lockfile, url, dest, archive_identity(dest))
+    return dest
+
+
+def _code_archive_problem(path: Path, commit: str, entry: dict | None) -> str | None:
+    try:
+        identity = archive_identity(path)
+    except (tarfile.TarError, OSError, ValueError) as err:
+        return f"not a readable code archive: {err}"
+    if identity.commit != commit:
+        return f"pax header names commit {identity.commit}, not the URL's {commit}"
+    if entry is not None and identity.tree != entry["tree"]:
+        return f"tree: expected {entry['tree']}, got {identity.tree} (commit {commit})"
+    return None
+
+
+def _update_lock_entry(lockfile, url: str, path: Path, identity: ArchiveIdentity):
+    """Record the archive's commit, tree, sha256 and size; the byte hash may change
+    (logged), the tree may not (checked again under the lock)."""
+    entry = {
+        "commit": identity.commit,
+        "tree": identity.tree,
+        "sha256": file_digest(path, "sha256"),
+        "size": path.stat().st_size,
+    }
+    lockfile = Path(lockfile)
+    with _exclusive(lockfile):
+        entries = read_lockfile(lockfile)
+        recorded = entries.get(url)
+        if recorded == entry:
+            return
+        if recorded is not None and recorded.get("tree", entry["tree"]) != entry["tree"]:
+            path.unlink()
+            raise ChecksumError(
+                f"{url}: {path} holds tree {entry['tree']} but {lockfile} meanwhile recorded "
+                f"{recorded['tree']}; the file was deleted"
+            )
+        if recorded is not None and recorded["sha256"] != entry["sha256"]:
+            log.warning(
+                "%s: same commit %s and tree %s, but the archive's bytes changed (sha256 %s, "
+                "recorded %s): GitHub regenerated it; recording the new bytes",
+                url,
+                identity.commit,
+                identity.tree,
+                entry["sha256"],
+                recorded["sha256"],
+            )
+        entries[url] = entry
+        text = json.dumps(entries, indent=2, sort_keys=True) + "\n"
+        with atomic_open(lockfile, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    log.info(
+        "recorded %s (commit %s, tree %s) in %s", url, identity.commit, identity.tree, lockfile
+    )
 
 
 def _expectations(url, sha256, md5, size, lockfile) -> tuple[_Expected, bool]:

@@ -21,11 +21,22 @@ Kinds and their keys:
 - ``folder``: PNG / JPEG files below a directory (recursively, in sorted path
   order), optionally below ``subdir``; ``labels_from_subfolders`` labels each image
   with its top-level subfolder below that (AFHQ: ``afhq/train/{cat,dog,wild}``).
+  ``exclude`` lists names of files or folders below it to leave out wherever they
+  are (FFHQ's reference: ``["69000"]``, the held-out folder), and
+  ``expect_images`` the number of images the folder must then hold, so an
+  incomplete download fails naming the count instead of shifting the sets.
 
 Where the files are: every kind but ``fashion_mnist`` takes exactly one of
 ``artifact`` (a name from the config's ``downloads:``, looked up in the ``paths``
 mapping the pipeline passes: the downloaded file, or the extraction directory of
 an archive) or ``path`` (a local file or directory, e.g. a user's own samples).
+
+Every kind accepts ``labels``, what the config declares about the source's labels:
+``false`` (label-free: any labels are dropped, and the config checks refuse class
+partitions over it before anything is downloaded), ``true`` or a list of the config
+keys that need them (labels required: reading the source fails at once, naming the
+artifact and those keys, if it has none; an npz is checked for ``arr_1`` before any
+image is read). Absent: whatever the files hold.
 
 Keys every kind accepts, applied in this order:
 
@@ -70,9 +81,9 @@ from .readers import (
     stack_images,
 )
 
-__all__ = ["KINDS", "ImageSet", "load_source", "resize_images"]
+__all__ = ["KINDS", "ImageSet", "MissingLabelsError", "load_source", "resize_images"]
 
-_LIMITS = frozenset({"max_images", "max_per_class", "resolution"})
+_LIMITS = frozenset({"max_images", "max_per_class", "resolution", "labels"})
 _LOCATION = frozenset({"artifact", "path"})
 
 #: kind -> the keys a source of that kind may have (besides ``kind``).
@@ -80,8 +91,14 @@ KINDS: dict[str, frozenset[str]] = {
     "fashion_mnist": frozenset({"split", "root"}) | _LIMITS,
     "npz": _LOCATION | _LIMITS,
     "cifar10": _LOCATION | {"split"} | _LIMITS,
-    "folder": _LOCATION | {"subdir", "labels_from_subfolders"} | _LIMITS,
+    "folder": _LOCATION
+    | {"subdir", "labels_from_subfolders", "exclude", "expect_images"}
+    | _LIMITS,
 }
+
+
+class MissingLabelsError(ValueError):
+    """A source declared ``labels: true`` (or the keys needing them) has no labels."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,9 @@ def load_source(
             f"allowed: {sorted(KINDS[kind])}"
         )
     limits = _Limits.of(source)
+    required = _required_labels(source)
+    if kind == "npz" and required is not None:
+        _check_npz_labels(_location(source, paths), source, required)
     if kind == "fashion_mnist":
         images, labels = load_fashion_mnist(_required(source, "split"), root=source.get("root"))
         image_set = ImageSet(images[..., np.newaxis], labels, FASHION_MNIST_CLASSES)
@@ -141,7 +161,53 @@ def load_source(
         image_set = ImageSet(images, labels, tuple(cifar10_label_names(path)))
     else:
         image_set = _load_folder(_location(source, paths), source, limits, workers)
+    if source.get("labels") is False:
+        image_set = ImageSet(image_set.images)
+    elif required is not None and image_set.labels is None:
+        raise MissingLabelsError(_missing_labels(source, required, "it has no labels"))
     return limits.apply(image_set)
+
+
+def _required_labels(source: Mapping) -> list[str] | None:
+    """None unless the source declares its labels required: then the keys needing them."""
+    value = source.get("labels")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return []
+    if isinstance(value, Sequence) and not isinstance(value, str) and value:
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+    raise ValueError(
+        f"source key 'labels' must be true, false or a list of the config keys that need "
+        f"the labels, got {value!r}"
+    )
+
+
+def _missing_labels(source: Mapping, required: list[str], why: str) -> str:
+    where = f"artifact {source['artifact']!r}" if "artifact" in source else repr(source.get("path"))
+    needs = f" {', '.join(required)} need(s) them" if required else ""
+    return (
+        f"the {source['kind']} source {where} has no class labels ({why}), but the config "
+        f"declares it labelled (labels: {source['labels']!r}):{needs or ' labels required'}. "
+        "Label-free route: partition the reference by k-means on its features "
+        "(kind: kmeans) and declare labels: false"
+    )
+
+
+def _check_npz_labels(path: Path, source: Mapping, required: list[str]) -> None:
+    """Fail before any image is read when a labelled npz has no label array."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = {n.removesuffix(".npy") for n in archive.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        return  # _load_npz reports the unreadable file
+    if ("arr_0" in names and "arr_1" not in names) or ("images" in names and "labels" not in names):
+        raise MissingLabelsError(
+            _missing_labels(
+                source, required, f"{path} holds {', '.join(sorted(names))}: no arr_1 or labels"
+            )
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -324,12 +390,35 @@ def _load_folder(location: Path, source: Mapping, limits: _Limits, workers: int)
         subfolders="label" if source.get("labels_from_subfolders", False) else None,
         what="folder source",
     )
+    files, labels = _excluded(root, files, labels, source.get("exclude") or ())
+    expected = source.get("expect_images")
+    if expected is not None and (not _is_int(expected) or expected < 1):
+        raise ValueError(f"source key 'expect_images' must be a positive integer, got {expected!r}")
+    if expected is not None and len(files) != expected:
+        excluded = f" (without {list(source['exclude'])})" if source.get("exclude") else ""
+        raise ValueError(
+            f"folder source {root}: expect_images is {expected}, but it holds {len(files)} "
+            f"images{excluded}: the folder is incomplete or not the one meant"
+        )
     labels, label_names = _encode_labels(labels)
     rows = limits.rows(labels, len(files), f"folder source {root}")
     files = [files[i] for i in rows]
     if labels is not None:
         labels = labels[rows]
     return ImageSet(_decode(files, limits.resolution, workers), labels, label_names)
+
+
+def _excluded(root: Path, files: list[Path], labels, exclude) -> tuple[list[Path], object]:
+    """``files`` (and their labels) without those a name of ``exclude`` lies on the path of."""
+    if isinstance(exclude, str) or not all(isinstance(e, str) and e for e in exclude):
+        raise ValueError(f"source key 'exclude' must be a list of names, got {exclude!r}")
+    if not exclude:
+        return files, labels
+    names = set(exclude)
+    keep = [i for i, f in enumerate(files) if not names & set(f.relative_to(root).parts)]
+    if not keep:
+        raise FileNotFoundError(f"folder source {root}: no images left after exclude {exclude}")
+    return [files[i] for i in keep], None if labels is None else labels[keep]
 
 
 def _decode(files: list[Path], resolution: tuple[int, int] | None, workers: int = 1) -> np.ndarray:

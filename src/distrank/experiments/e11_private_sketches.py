@@ -111,7 +111,8 @@ def agreement(scores, truth) -> dict:
 
 
 def flip_probability(gap, diff_norm, noise_std):
-    """Phi(-g / (2 sigma |v|)): P(two models swap) under isotropic sketch noise (module doc)."""
+    """``Phi(-g / (2 sigma |v|))``: P(two models swap) under isotropic sketch noise (module
+    doc)."""
     from scipy.special import ndtr
 
     return ndtr(-np.asarray(gap) / (2.0 * np.asarray(noise_std) * np.asarray(diff_norm)))
@@ -173,14 +174,15 @@ def sketches_centralized(job: Job) -> None:
 
 
 def clip_rows(x, clip_norm: float) -> np.ndarray:
-    """The rows scaled to L2 norm at most C: x min(1, C / |x|)."""
+    """The rows scaled to L2 norm at most C: ``x min(1, C / |x|)``."""
     x = np.asarray(x, np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x * np.minimum(1.0, clip_norm / np.maximum(norms, np.finfo(float).tiny))
 
 
 def moment_sensitivity(clip_norm: float) -> float:
-    """2 sqrt(C^2 + C^4): replace-one L2 sensitivity of (sum x, vec(sum x x^T)), |x| <= C."""
+    """``2 sqrt(C^2 + C^4)``: replace-one L2 sensitivity of (sum x, vec(sum x x^T)),
+    ``|x| <= C``."""
     return 2.0 * math.sqrt(clip_norm**2 + clip_norm**4)
 
 
@@ -254,7 +256,7 @@ def _sketches(inputs: Mapping, dim: int):
 
 
 def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
-    """Without noise, per D: the largest |sketch KD - KD_all| / KD_all over the models,
+    """Without noise, per D: the largest ``|sketch KD - KD_all| / KD_all`` over the models,
     whether the ranking is KD_all's, and Kendall tau (``inputs``: the pre-step's arrays)."""
     from distrank.metrics.ranking import tau_b
     from distrank.metrics.sketch import pool

@@ -65,8 +65,8 @@ class TensorSketchMap:
     """TensorSketch psi of (gamma <x, y> + coef0)^3 on ``input_dim``-d rows, ``dim``
     features, hashes and signs from ``seed``.
 
-    ``clip_norm`` C scales rows with |x| > C down to norm C before the map;
-    ``feature_norm`` B scales sketched rows with |psi(x)| > B down to norm B (both
+    ``clip_norm`` C scales rows with ``|x| > C`` down to norm C before the map;
+    ``feature_norm`` B scales sketched rows with ``|psi(x)| > B`` down to norm B (both
     None: no clipping). Hashes of a map of dim D' dividing D are those of D mod D'.
     """
 
@@ -153,8 +153,8 @@ class TensorSketchMap:
         return Sketch(total / len(x), len(x), self.meta() | {"diagonal": diagonal / len(x)})
 
     def norm_bound(self) -> float:
-        """A bound on |psi(x)| over all rows |x| <= ``clip_norm`` that holds for these
-        hashes deterministically: |C_1 x'|_1 |C_2 x'|_1 |C_3 x'|_2 <= (d + 1) sqrt(L_3) R^3
+        """A bound on ``|psi(x)|`` over all rows ``|x| <= clip_norm`` that holds for these
+        hashes deterministically: ``|C_1 x'|_1 |C_2 x'|_1 |C_3 x'|_2 <= (d + 1) sqrt(L_3) R^3``
         (module docstring); ``feature_norm`` if that is smaller. inf without a clip."""
         bound = math.inf
         if self.clip_norm is not None:

@@ -17,16 +17,34 @@ Seeding follows the upstream ``generate.py`` scripts, so image ``i`` of
   ``G(z, c, truncation_psi=psi, noise_mode='const')``. A conditional network
   (``G.c_dim > 0``, e.g. ``cifar10.pkl``) gets ``class_idx`` for every image, or
   else a class drawn uniformly from the same RandomState right after ``z``.
+  **One image per forward pass**, as upstream's ``generate.py`` does: a network
+  with fp16 blocks (upstream's default ``num_fp16_res=4``) computes a batch of one
+  with fused modulated convolutions and a larger batch without, which changes
+  pixels by a grey level (2.5-6 % of them between batches of 8 and 1); and the
+  mapping network's matrix products may sum in another order at another batch
+  size. So the images are ``generate.py``'s, bit for bit, on the same device and
+  torch build (checked against upstream's code by ``bench/rehearse.py``), and
+  ``batch_size`` only sets how many latents are drawn per step.
 - EDM: a ``torch.Generator(device)`` seeded with ``s + i`` draws the latent and
   then (conditional nets) the class; sampling is EDM's deterministic 2nd-order
-  Heun sampler (Karras et al. 2022, Algorithm 2 without churn).
+  Heun sampler (Karras et al. 2022, Algorithm 2 without churn), ``batch_size``
+  images per forward pass (EDM's networks run fp32 except on CUDA with
+  ``use_fp16``; the rehearsal checks batch sizes 1, 3 and 8 against upstream's
+  ``generate.py`` on the CPU).
 
-Each image depends only on ``s + i``: not on ``n``, ``batch_size`` or the other
-images. Consequences: the same seed at several truncation psi values gives the
-same latents (common random numbers, so the psi effect is isolated), and seeds
-``s`` and ``s + 1`` share all but one latent, so do not use neighbouring seeds
-for sets meant to be independent. Images are converted as upstream does:
-``(x * 127.5 + 128).clamp(0, 255)`` to uint8, NHWC.
+Each image depends only on ``s + i``: not on ``n``, ``batch_size``, the chunk it
+is made in or the other images. Consequences: the same seed at several truncation
+psi values gives the same latents (common random numbers, so the psi effect is
+isolated), and seeds ``s`` and ``s + 1`` share all but one latent, so do not use
+neighbouring seeds for sets meant to be independent. Images are converted as
+upstream does: ``(x * 127.5 + 128).clamp(0, 255)`` to uint8, NHWC.
+
+StyleGAN2-ADA's CUDA ops (``torch_utils/custom_ops.py``) import the plugin they
+built by name, which fails under torch 2.x (``torch.utils.cpp_extension.load`` no
+longer registers it in ``sys.modules``), so upstream silently falls back to its
+slow reference ops. :func:`upstream_code` patches ``get_plugin`` in memory (the
+downloaded tree is not edited) to use the module that ``load`` returns, as
+StyleGAN3 does; :data:`PLUGINS` records the plugins loaded that way.
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ from distrank._checks import positive_int
 
 __all__ = [
     "EDM",
+    "PLUGINS",
     "STYLEGAN2_ADA",
     "UPSTREAMS",
     "CHECKPOINT_BASE_URLS",
@@ -85,6 +104,11 @@ CHECKPOINT_BASE_URLS = {
     "stylegan2_ada": "https://nvlabs-fi-cdn.nvidia.com/stylegan2-ada-pytorch/pretrained/",
     "edm": "https://nvlabs-fi-cdn.nvidia.com/edm/pretrained/",
 }
+
+
+#: Names of the CUDA plugins that the patched ``get_plugin`` loaded in this process
+#: (``bias_act_plugin``, ``upfirdn2d_plugin``): evidence that the fast ops ran.
+PLUGINS: set[str] = set()
 
 
 class UntrustedPickleError(PermissionError):
@@ -243,7 +267,13 @@ def upstream_code(code_root: str | os.PathLike):
     tree's are used, and put back afterwards. On exit, every module imported
     from ``code_root`` is dropped from ``sys.modules`` again, so the next tree
     (EDM's after StyleGAN2-ADA's: both have ``dnnlib``, ``torch_utils`` and
-    ``training``) imports its own.
+    ``training``) imports its own; so are the modules that
+    ``torch_utils.persistence`` makes from source embedded in a pickle
+    (``_imported_module_<hex>``) and the CUDA plugins built inside the block.
+
+    A tree with ``torch_utils/custom_ops.py`` (StyleGAN2-ADA) gets its
+    ``get_plugin`` patched in memory so that built CUDA plugins load under
+    torch 2.x (see the module doc); the files are not touched.
     """
     code_root = Path(code_root).resolve()
     names = {
@@ -259,14 +289,63 @@ def upstream_code(code_root: str | os.PathLike):
         del sys.modules[name]
     saved_path = list(sys.path)
     sys.path.insert(0, str(code_root))
+    plugins: set[str] = set()
     try:
+        _patch_custom_ops(code_root, plugins)
         yield code_root
     finally:
         sys.path[:] = saved_path
         for name in set(sys.modules) - before:
-            if name.partition(".")[0] in names or _inside(sys.modules[name], code_root):
+            if (
+                name.partition(".")[0] in names
+                or name.startswith(PERSISTENCE_PREFIX)
+                or name in plugins
+                or _inside(sys.modules[name], code_root)
+            ):
                 del sys.modules[name]
         sys.modules.update(shadowed)
+
+
+#: Prefix of the modules that upstream's torch_utils.persistence creates with exec().
+PERSISTENCE_PREFIX = "_imported_module_"
+
+
+def _patch_custom_ops(code_root: Path, plugins: set[str]) -> None:
+    """Make ``torch_utils.custom_ops.get_plugin`` of ``code_root`` return the module
+    that ``torch.utils.cpp_extension.load`` returns (StyleGAN3's fix of upstream
+    issues #34, #39, #97): ``load`` is wrapped, during ``get_plugin`` only, so that it
+    also registers the module in ``sys.modules`` under its name, where upstream's
+    ``importlib.import_module(module_name)`` then finds it."""
+    if not (code_root / "torch_utils" / "custom_ops.py").is_file():
+        return
+    import importlib
+
+    custom_ops = importlib.import_module("torch_utils.custom_ops")
+    original = custom_ops.get_plugin
+    if getattr(original, "distrank_patched", False):
+        return
+
+    def get_plugin(module_name, *args, **kwargs):
+        import torch.utils.cpp_extension as cpp_extension
+
+        load = cpp_extension.load
+
+        def load_and_register(*load_args, **load_kwargs):
+            module = load(*load_args, **load_kwargs)
+            name = load_kwargs.get("name", load_args[0] if load_args else module_name)
+            sys.modules[name] = module
+            plugins.add(name)
+            PLUGINS.add(name)
+            return module
+
+        cpp_extension.load = load_and_register
+        try:
+            return original(module_name, *args, **kwargs)
+        finally:
+            cpp_extension.load = load
+
+    get_plugin.distrank_patched = True
+    custom_ops.get_plugin = get_plugin
 
 
 def _inside(module, root: Path) -> bool:
@@ -311,22 +390,23 @@ def _is_int(value) -> bool:
 
 
 def _stylegan_batches(G, n, seed, truncation_psi, class_idx, batch_size, noise_mode, device):
+    """Batches of ``batch_size`` images, each made in a forward pass of its own, as
+    upstream's generate.py makes it (see the module doc: batched passes change pixels)."""
     import torch
 
     for start in range(0, n, batch_size):
-        zs, labels = [], []
+        images, labels = [], []
         for s in range(seed + start, seed + min(start + batch_size, n)):
             rs = np.random.RandomState(s % (1 << 32))
-            zs.append(rs.randn(1, G.z_dim))
+            z = torch.from_numpy(rs.randn(1, G.z_dim)).to(device)
+            c = torch.zeros([1, G.c_dim], device=device)
             if G.c_dim:
-                labels.append(class_idx if class_idx is not None else rs.randint(G.c_dim))
-        z = torch.from_numpy(np.concatenate(zs)).to(device)
-        c = torch.zeros([len(zs), G.c_dim], device=device)
-        labels = np.asarray(labels, dtype=np.int64)
-        if G.c_dim:
-            c[torch.arange(len(zs), device=device), torch.from_numpy(labels).to(device)] = 1
-        img = G(z, c, truncation_psi=truncation_psi, noise_mode=noise_mode)
-        yield _to_uint8(img), labels
+                label = class_idx if class_idx is not None else rs.randint(G.c_dim)
+                c[:, label] = 1
+                labels.append(label)
+            img = G(z, c, truncation_psi=truncation_psi, noise_mode=noise_mode)
+            images.append(_to_uint8(img))
+        yield np.concatenate(images), np.asarray(labels, dtype=np.int64)
 
 
 def _to_uint8(img) -> np.ndarray:

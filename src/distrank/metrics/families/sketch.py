@@ -62,7 +62,7 @@ class KDSketch(Family):
 class SketchSum(SecureSum):
     """A site adds n_i s_i (its sketch of the plan's public map); ``all`` is every model's
     KD from the pooled sketch sum_i n_i s_i / n. An entry of n_i s_i is at most
-    n_i sqrt(2 / D); replacing a row moves n_i s_i by at most 2 in L2 (|phi| = 1), for
+    n_i sqrt(2 / D); replacing a row moves n_i s_i by at most 2 in L2 (``|phi| = 1``), for
     every model at once."""
 
     noisy = True
@@ -86,7 +86,8 @@ class SketchSum(SecureSum):
         return {"all": (values, np.full(len(values), 4 * shift * n / (n - 1) + shift**2))}
 
     def value_noise(self, plan, models, std: float):
-        """-2 t.eta, t the model's sketch: std 2 |t| sigma (|eta|^2 shifts every model alike)."""
+        """-2 t.eta, t the model's sketch: std ``2 |t| sigma`` (``|eta|^2`` shifts every model
+        alike)."""
         fmap = plan_map(plan)
         return np.array(
             [2 * np.linalg.norm(fmap.sketch(np.asarray(y)).mean) * std for y in models.values()]
