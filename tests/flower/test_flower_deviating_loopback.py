@@ -21,8 +21,10 @@ from flwr.cli.build import build_fab_from_disk
 from loopback import PINNED, Loopback
 from secure_run import pin_keys
 
+from distrank.flower.messages import OPTION_KEYS
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
+from distrank.metrics.options import ScoreOptions
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,6 +58,7 @@ from flwr.common import FitIns, Parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 from flwr.serverapp import Grid, ServerApp
 
+from distrank.flower.messages import OPTION_KEYS
 from distrank.flower.secure import plan as secure
 
 app = ServerApp()
@@ -89,17 +92,10 @@ def main(grid: Grid, context: Context) -> None:
     with open(context.run_config["out"], "w") as f:
         json.dump(got, f)
 """
-OPTIONS = {
-    "metrics": ["kd"],
-    "kernel": "poly",
-    "kernel_params": {},
-    "kd_estimator": "unbiased",
-    "n_subsets": 100,
-    "subset_size": 1000,
-    "seed": 0,
-    "pr_k": 3,
-    "dc_k": 5,
-    "dtype": "float64",
+OPTIONS = {  # what the attacker's request carries (messages.OPTION_KEYS)
+    k: v
+    for k, v in ScoreOptions(metrics=("kd",), kernel_params={}, dtype="float64").as_dict().items()
+    if k in OPTION_KEYS
 }
 SERVER = SERVER.replace("{OPTIONS!r}", repr(OPTIONS))
 STOCK = """\
@@ -112,6 +108,7 @@ from flwr.compat.common import recorddict_compat as compat
 from distrank.flower import site as site_app
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure import site as secure_site
+from distrank.metrics.options import ScoreOptions
 
 app = ClientApp()  # distrank's site as routed before: no check of the exact type
 app.query(mods=[secure_site.guard_mod])(site_app.query)

@@ -60,6 +60,11 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
         help="one client's reference data (feature npz, "
         "image folder, image npz, manifest); repeatable",
     )
+    add_model_argument(g)
+
+
+def add_model_argument(g) -> None:
+    """``--model NAME=PATH``, repeatable (``score`` and ``rank``)."""
     g.add_argument(
         "--model",
         required=True,

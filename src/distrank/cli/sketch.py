@@ -17,7 +17,8 @@ import argparse
 from pathlib import Path
 
 from distrank._checks import InputError
-from distrank.cli.common import EXIT_OK, add_extractor_arguments, input_features, named_path
+from distrank.cli.common import EXIT_OK, add_extractor_arguments, input_features
+from distrank.cli.score import add_model_argument
 
 HELP = "a site's private kernel mean sketch of its reference data"
 DESCRIPTION = (
@@ -106,15 +107,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SITE.sketch.npz",
         help="every site's sketch file (its name, less .sketch.npz, names the site)",
     )
-    p.add_argument(
-        "--model",
-        required=True,
-        action="append",
-        type=named_path,
-        metavar="NAME=PATH",
-        dest="models",
-        help="a model's samples (feature npz, image folder, image npz, manifest)",
-    )
+    add_model_argument(p)
     p.add_argument("--out", required=True, type=Path, metavar="scores.csv")
     add_extractor_arguments(p)
     p.set_defaults(run=run_rank)
