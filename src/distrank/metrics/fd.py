@@ -23,13 +23,21 @@ covariance. A factor is computed once per covariance and reused against every
 other; of two covariances the one of lower rank (bound: rows - 1) is factored,
 which keeps the eigenproblem small and free of structural zeros when features
 outnumber rows. Everything is float64; no ``scipy.linalg.sqrtm``.
+
+Every factorisation and root trace runs on one BLAS/LAPACK thread, the independent ones
+side by side on the job's threads (:func:`one_thread_each`): a solve's last bits then
+depend neither on the thread count nor on the process (MKL's threaded ``eigvalsh`` varies
+in them from run to run at about a thousand dimensions), and the solves keep their
+speed on cores that other jobs share.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +47,34 @@ from distrank._arrays import as_features, resolve_device
 from distrank._checks import TooFewRows
 
 BLOCK_SIZE = 8192  # rows per covariance update
+
+
+@contextlib.contextmanager
+def one_thread_each() -> Iterator[Callable[[Callable, Iterable], list]]:
+    """A section in which every BLAS/LAPACK call runs on one thread, and a ``map`` that
+    runs independent calls side by side on the job's threads.
+
+    On entry, torch's intra-op thread count (the job's ``threads``: the rule's, or
+    ``distrank --threads``) sizes a pool of that many workers; torch, MKL and every BLAS
+    and OpenMP library that threadpoolctl finds are then held to one thread, and restored
+    on exit. Each call then takes one LAPACK path on one thread, whose result is the same
+    in every process and for every thread count, and the solves release the GIL, so the
+    workers overlap. Inside the section (a nested one, or a worker) the pool has one worker.
+
+    Yields
+    ------
+    map : callable
+        ``map(fn, items)`` -> ``[fn(item) for item in items]``, in order.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1), ThreadPoolExecutor(threads) as pool:
+            yield lambda fn, items: list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,6 +184,7 @@ def frechet_terms(
     Of each pair, the side with the lower rank bound min(n - 1, d) is factored (its
     kept rows, else ``sqrt_factor``), once per statistics and reused for all its
     pairs; a pair then costs two GEMMs and one symmetric eigenvalue problem of that rank.
+    The factors, then the pairs, are solved side by side (:func:`one_thread_each`).
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
@@ -155,14 +192,18 @@ def frechet_terms(
         raise ValueError(f"stats: dimensions differ between references and models: {sorted(dims)}")
     cache = _Factors(stats, resolve_device(device))
     shape = (len(references), len(models))
-    mean, root = np.empty(shape), np.empty(shape)
+    mean, pairs = np.empty(shape), []  # pairs: (factored side, other side)
     for r, ref in enumerate(references):
         for g, model in enumerate(models):
             i, j = r, len(references) + g
-            if cache.rank_bound(j) < cache.rank_bound(i):
-                i, j = j, i
+            pairs.append((j, i) if cache.rank_bound(j) < cache.rank_bound(i) else (i, j))
             mean[r, g] = float(np.sum((ref.mean - model.mean) ** 2))
-            root[r, g] = _root_trace(cache.factor(i), cache.cov(j))
+    for i in {k for pair in pairs for k in pair}:
+        cache.cov(i)  # here, not in the workers: one copy each
+    with one_thread_each() as map_:
+        map_(cache.factor, sorted({i for i, _ in pairs}))  # each factor once, side by side
+        roots = map_(lambda pair: _root_trace(cache.factor(pair[0]), cache.cov(pair[1])), pairs)
+    root = np.array(roots, dtype=np.float64).reshape(shape)
     traces = [float(np.trace(s.cov)) for s in stats]
     trace_reference = np.repeat(np.array(traces[: len(references)])[:, None], shape[1], axis=1)
     trace_model = np.repeat(np.array(traces[len(references) :])[None, :], shape[0], axis=0)
@@ -253,7 +294,9 @@ def fd_bound(pooled, model, s1: np.ndarray, e1: float, e2: float) -> float:
     gap = float(np.linalg.norm(pooled.mean - model.mean))
     spread = math.sqrt(max(float(np.trace(model.cov)), 0.0))
     root = math.sqrt(2 * d**1.5 * ec) * spread
-    smallest = float(np.linalg.eigvalsh(pooled.cov)[0]) - d * ec  # <= lambda_min(C)
+    with one_thread_each():
+        lowest = float(torch.linalg.eigvalsh(torch.as_tensor(pooled.cov, dtype=torch.float64))[0])
+    smallest = lowest - d * ec  # <= lambda_min(C)
     if smallest > 0:
         root = min(root, d * ec / math.sqrt(smallest) * spread)
     return 2 * gap * dm + 3 * dm * dm + d * ec + 2 * root
@@ -285,11 +328,16 @@ def partition_fds(x, groups: Mapping, ys: Mapping, dev) -> dict:
         y = y.to(device=dev, dtype=f64) - center
         y_c = y - y.mean(dim=0)
         model = (y.mean(dim=0), float((y_c * y_c).sum()) / (y.shape[0] - 1), y.shape[0])
-        products = xc @ _model_factor(y_c)  # (n, r <= min(m, d)), the same for every partition
-        fd_all = _fd_value(pooled_stats, model, products, None)
+        with one_thread_each():
+            factor = _model_factor(y_c)
+        products = xc @ factor  # (n, r <= min(m, d)), the same for every partition
+        parts = [(pooled_stats, None)] + [(s, r) for p in rows for s, r in zip(stats[p], rows[p])]
+        jobs = [(client, model, products, r) for client, r in parts]
+        with one_thread_each() as map_:  # every client of every partition side by side
+            fds = iter(map_(lambda job: _fd_value(*job), jobs))
+        fd_all = next(fds)
         for p, rs in rows.items():
-            per_client = np.array([_fd_value(s, model, products, r) for s, r in zip(stats[p], rs)])
-            out[p][name] = (fd_all, per_client)
+            out[p][name] = (fd_all, np.array([next(fds) for _ in rs]))
         log.info("FD: model %d/%d done", j + 1, len(ys))
     return out
 

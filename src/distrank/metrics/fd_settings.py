@@ -38,12 +38,16 @@ FEATURES, EXTRAPOLATED = "features", "extrapolated"
 def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
     """The first ``dims`` principal axes of ``pool``'s rows as a (d, dims) matrix:
     scikit-learn's PCA with the ``covariance_eigh`` solver (a (d, d) covariance, not
-    an SVD of the rows). FD needs no centring: a shift moves both sides alike."""
+    an SVD of the rows), on one thread. FD needs no centring: a shift moves both sides
+    alike."""
     from sklearn.decomposition import PCA
+
+    from distrank.metrics.fd import one_thread_each
 
     if not 1 <= dims <= min(pool.shape):
         raise ValueError(f"pca_dims: {dims} is not between 1 and {min(pool.shape)}")
-    return PCA(n_components=dims, svd_solver="covariance_eigh").fit(pool).components_.T
+    with one_thread_each():  # its eigh on one thread: the same axes in every process
+        return PCA(n_components=dims, svd_solver="covariance_eigh").fit(pool).components_.T
 
 
 def extrapolate(sizes: Sequence[float], values) -> np.ndarray:
