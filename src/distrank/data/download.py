@@ -117,9 +117,8 @@ def fetch(
     allow_http : accept a plain http ``url`` (a trusted local mirror). Redirects
         must keep the scheme of ``url`` whatever this says.
 
-    A GitHub code archive checked by the lock file is identified by its commit and
-    tree, the sha256 being a secondary check (see the module doc); with a published
-    checksum its bytes must match that, and its commit the URL's.
+    A GitHub code archive checked by the lock file is identified by commit and tree,
+    its sha256 second (see the module doc).
 
     If ``dest`` already exists and verifies, nothing is downloaded. On a size
     or checksum mismatch the bad file is deleted and :class:`ChecksumError`
@@ -129,17 +128,9 @@ def fetch(
     _check_scheme(url, allow_http=allow_http)
     commit = code_archive_commit(url)
     if commit is not None and sha256 is None and md5 is None and lockfile is not None:
+        transfer = {"retries": retries, "timeout": timeout, "chunk": chunk, "backoff": backoff}
         return _fetch_code_archive(
-            url,
-            dest,
-            commit,
-            size=size,
-            lockfile=lockfile,
-            retries=retries,
-            timeout=timeout,
-            chunk=chunk,
-            backoff=backoff,
-            allow_http=allow_http,
+            url, dest, commit, size=size, lockfile=lockfile, allow_http=allow_http, **transfer
         )
     expected, record_in_lock = _expectations(url, sha256, md5, size, lockfile)
     size = expected.size
@@ -166,7 +157,6 @@ def fetch(
             f"download of {url} to {dest} failed verification: {problem}; "
             "the bad file was deleted" + expected.lock_hint()
         )
-    commit = code_archive_commit(url)
     if commit is not None:
         _check_commit(url, part, archive_identity(part), commit)
     os.replace(part, dest)

@@ -179,8 +179,9 @@ def _checkpoint_images(spec, n, *, seed, inputs, batch_size, device, trust_pickl
 
     if "resolution" not in spec:
         return generate(0, n)
-    # Image i depends only on seed + i, so chunks make the same images as one call;
-    # each chunk is resized before the next is made.
+    # Image i depends only on seed + i (StyleGAN2-ADA makes each in a forward pass of
+    # its own, as upstream's generate.py: see zoo.checkpoints), so chunks make the same
+    # images as one call, bit for bit; each chunk is resized before the next is made.
     size = spec["resolution"]
     size = (size, size) if isinstance(size, int) else tuple(size)
     images, labels = [], []
