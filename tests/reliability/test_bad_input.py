@@ -304,6 +304,16 @@ CASES = {
         lambda c: c["reference"].update(source=FOLDER),
         "reference.per_class need(s) class labels",
     ),
+    "labels declared on an unlabelled folder": (
+        "E3",
+        lambda c: c["reference"].update(source=FOLDER | {"labels": True}),
+        "reference.source.labels is True, but reference.source is a folder without",
+    ),
+    "labels listing other keys than need them": (
+        "E3",
+        lambda c: c["reference"]["source"].update(labels=["experiments.E8"]),
+        "reference.source.labels lists ['experiments.E8'], but the keys that need",
+    ),
     "E2 base model": (
         "E2",
         lambda c: c["experiments"]["E2"].update(base_model="realz"),
@@ -377,6 +387,16 @@ CASES = {
         "E9",
         lambda c: c["experiments"]["E9"].update(client_sizes=[8, 4]),
         "experiments.E9.client_sizes must increase, got [8, 4]",
+    ),
+    "E11 kd_estimator": (
+        "E11",
+        lambda c: c["metrics"].update(kd_estimator="biased"),
+        "experiments.E11 needs metrics.kd_estimator 'unbiased'",
+    ),
+    "E11 dims": (
+        "E11",
+        lambda c: c["experiments"]["E11"].update(dims=[256, 64]),
+        "experiments.E11.dims must increase, got [256, 64]",
     ),
     "metric an experiment reads not scored": (
         "E1",
