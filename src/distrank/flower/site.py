@@ -72,15 +72,14 @@ def site_sketch(site: SiteConfig, x, options, run: int = 0):
     released with the noise its own node config asks for (and recorded in its ledger)."""
     import numpy as np
 
-    from distrank.metrics import sketch
-    from distrank.metrics.families.sketch import DIM
+    from distrank.metrics.families.sketch import feature_map
     from distrank.metrics.options import score_options
     from distrank.metrics.privacy import release_sketch
 
     o = score_options(options)
     if o.kernel != "rbf" or "bandwidth" not in (o.kernel_params or {}):
         raise ValueError("sketch mode: needs kernel rbf and a public 'bandwidth' (kernel-params)")
-    made = sketch.FeatureMap(x.shape[1], DIM, o.kernel_params["bandwidth"], o.seed).sketch(x)
+    made = feature_map(o, x.shape[1]).sketch(x)
     if not site.noise_epsilon:
         return made
     made = release_sketch(

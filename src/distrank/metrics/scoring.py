@@ -215,12 +215,11 @@ def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataF
     size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
     the sketches' metadata, which must agree."""
     from distrank.clients import client_weights
-    from distrank.metrics.sketch import FeatureMap, check_compatible, pool, sketch_kd
+    from distrank.metrics.sketch import FeatureMap, pool, sketch_kd
 
-    check_compatible([s.meta for s in sites.values()])
-    first = next(iter(sites.values())).meta
+    pooled, values = pool(list(sites.values())), {}  # checks that the maps agree
+    first = pooled.meta
     fmap = FeatureMap(first["input_dim"], first["dim"], first["bandwidth"], first["seed"])
-    pooled, values = pool(list(sites.values())), {}
     for name, y in models.items():
         t = fmap.sketch(y)
         local = [sketch_kd(s, t) for s in sites.values()]
