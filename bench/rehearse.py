@@ -62,13 +62,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from distrank.zoo.checkpoints import (  # noqa: E402
-    EDM,
-    PLUGINS,
-    STYLEGAN2_ADA,
-    generate_from_checkpoint,
-    upstream_code,
-)
+from distrank.zoo.checkpoints import generate_from_checkpoint  # noqa: E402
+from distrank.zoo.upstream import EDM, PLUGINS, STYLEGAN2_ADA, upstream_code  # noqa: E402
 
 CONFIGS = ("cifar10", "ffhq", "afhq", "imagenet256")
 SEEDS = 8  # images compared per network

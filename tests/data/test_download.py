@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from distrank.data.download import ChecksumError, DownloadError, fetch, read_lockfile
+from distrank.data.checksums import ChecksumError, read_lockfile
+from distrank.data.download import fetch
+from distrank.data.transfer import DownloadError
 
 PAYLOAD = os.urandom(100_000)
 SHA256 = hashlib.sha256(PAYLOAD).hexdigest()
@@ -225,7 +227,7 @@ def _git_tree_id(files: dict, tmp_path) -> str:
 
 
 def test_archive_identity_is_the_commit_and_git_tree(tmp_path):
-    from distrank.data.download import archive_identity, code_archive_commit
+    from distrank.data.checksums import archive_identity, code_archive_commit
 
     path = tmp_path / "code.tar.gz"
     path.write_bytes(_code_archive(FILES))

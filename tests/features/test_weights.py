@@ -82,9 +82,10 @@ def test_download_records_checksum_in_lockfile(source, tmp_path):
 
 def test_failed_download_names_file_and_place(tmp_path, monkeypatch):
     from distrank.data import download
+    from distrank.data.transfer import DownloadError
 
     def unreachable(url, dest, **kwargs):
-        raise download.DownloadError(f"{url}: network is unreachable")
+        raise DownloadError(f"{url}: network is unreachable")
 
     monkeypatch.setattr(download, "fetch", unreachable)
     spec = WeightsFile(

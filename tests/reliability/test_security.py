@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distrank.data.download import DownloadError, fetch
+from distrank.data.download import fetch
+from distrank.data.transfer import DownloadError
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

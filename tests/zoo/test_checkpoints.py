@@ -24,16 +24,8 @@ import pytest
 import torch
 
 from distrank.data import fetch, read_lockfile, safe_extract
-from distrank.zoo.checkpoints import (
-    EDM,
-    PLUGINS,
-    STYLEGAN2_ADA,
-    UntrustedPickleError,
-    edm_sample,
-    find_code_root,
-    generate_from_checkpoint,
-    upstream_code,
-)
+from distrank.zoo.checkpoints import UntrustedPickleError, edm_sample, generate_from_checkpoint
+from distrank.zoo.upstream import EDM, PLUGINS, STYLEGAN2_ADA, find_code_root, upstream_code
 
 
 def _load_data_conftest():

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distrank.zoo.checkpoints import EDM, STYLEGAN2_ADA, generate_from_checkpoint, upstream_code
+from distrank.zoo.checkpoints import generate_from_checkpoint
+from distrank.zoo.upstream import EDM, STYLEGAN2_ADA, upstream_code
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = os.environ.get("DISTRANK_UPSTREAM")
@@ -47,7 +48,7 @@ def trees(rehearse):
 
 
 def test_code_archives_are_identified_by_commit_and_git_tree(rehearse, trees, tmp_path):
-    from distrank.data.download import archive_identity
+    from distrank.data.checksums import archive_identity
 
     for key, pinned in (("stylegan2_ada", STYLEGAN2_ADA), ("edm", EDM)):
         path = tmp_path / f"{key}.tar.gz"

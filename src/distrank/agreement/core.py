@@ -189,7 +189,7 @@ def _check_count(value: int, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
-#: A seed: an integer, or a list of integers (``SeedSequence`` entropy).
+#: A seed, an integer or a list of integers (``SeedSequence`` entropy).
 Seed = int | Sequence[int]
 
 

@@ -37,7 +37,7 @@ from sklearn.tree import DecisionTreeRegressor
 from distrank.agreement.core import Seed, as_risks, learning_curve_pairs, logistic_mu, summarize
 from distrank.agreement.data import Population
 from distrank.agreement.figures import agreement_figure, lemma_labels
-from distrank.agreement.trees import fit_tree
+from distrank.agreement.trees import trees_pairs
 
 __all__ = [
     "fit_logit_tree",
@@ -65,17 +65,9 @@ def multi_output_pairs(
     """Multi-output squared-loss tree pairs (``mu = 2``), columns of
     :func:`~distrank.agreement.core.learning_curve_pairs` (``risk_`` for ``mse_``, as
     in the logistic pairs beside them: :func:`~distrank.agreement.core.as_risks`) plus
-    ``loss``, ``mu``."""
-    pairs = learning_curve_pairs(
-        population,
-        partial(fit_tree, X_eval=population.X),
-        depths,
-        n_train=n_train,
-        n_pairs=n_pairs,
-        seed=seed,
-        loss="squared",
-        mu=2.0,
-    )
+    ``loss``, ``mu``: the A4 tree pairs (:func:`~distrank.agreement.trees.trees_pairs`,
+    squared loss) of a multi-output population."""
+    pairs = trees_pairs(population, depths, n_train=n_train, n_pairs=n_pairs, seed=seed)
     return as_risks(pairs).assign(loss="squared", mu=2.0)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -68,45 +67,25 @@ Tables = tuple[pd.DataFrame, pd.DataFrame, Figure]
 
 
 def _per_data(
-    s: dict, seed: int, key: list[int], pairs_of: Callable[..., pd.DataFrame]
+    s: dict, seed: int, key: list[int], pairs_of: Callable[..., pd.DataFrame], names: tuple
 ) -> pd.DataFrame:
-    """``pairs_of(population, seed)`` for every data set of ``s``, stacked; data set ``j``
-    draws from ``[*key, j]``."""
+    """``pairs_of(population, **settings, seed=...)`` for every data set of ``s``, with
+    the settings ``names`` of ``s``, stacked; data set ``j`` draws from ``[*key, j]``."""
     pops = [population(name, n_eval=s["n_eval"], seed=seed) for name in s["data"]]
+    settings = {name: s[name] for name in names}
     return pd.concat(
-        [pairs_of(pop, seed=[*key, j]) for j, pop in enumerate(pops)], ignore_index=True
+        [pairs_of(pop, **settings, seed=[*key, j]) for j, pop in enumerate(pops)],
+        ignore_index=True,
     )
 
 
 def _stacking(s: dict, seed: int, key: list[int]) -> pd.DataFrame:
-    pairs = _per_data(
-        s,
-        seed,
-        key,
-        partial(
-            stacking.stacking_pairs,
-            ks=s["ks"],
-            n_pairs=s["n_pairs"],
-            n_base=s["n_base"],
-            depth=s["depth"],
-        ),
-    )
-    return pairs
+    return _per_data(s, seed, key, stacking.stacking_pairs, ("ks", "n_pairs", "n_base", "depth"))
 
 
 def _boosting(s: dict, seed: int, key: list[int]) -> pd.DataFrame:
-    gbr = _per_data(
-        s,
-        seed,
-        key,
-        partial(
-            boosting.boosting_pairs,
-            ks=s["ks"],
-            n_train=s["n_train"],
-            max_depth=s["max_depth"],
-            n_pairs=s["n_pairs"],
-        ),
-    )
+    names = ("ks", "n_train", "max_depth", "n_pairs")
+    gbr = _per_data(s, seed, key, boosting.boosting_pairs, names)
     exact = s["exact_oracle"]
     oracle = boosting.exact_oracle_pairs(
         exact["ks"],
@@ -120,30 +99,12 @@ def _boosting(s: dict, seed: int, key: list[int]) -> pd.DataFrame:
 
 
 def _networks(s: dict, seed: int, key: list[int]) -> pd.DataFrame:
-    pairs = _per_data(
-        s,
-        seed,
-        key,
-        partial(
-            networks.networks_pairs,
-            widths=s["widths"],
-            n_train=s["n_train"],
-            n_pairs=s["n_pairs"],
-            restarts=s["restarts"],
-            max_iter=s["max_iter"],
-        ),
-    )
-    return pairs
+    names = ("widths", "n_train", "n_pairs", "restarts", "max_iter")
+    return _per_data(s, seed, key, networks.networks_pairs, names)
 
 
 def _trees(s: dict, seed: int, key: list[int]) -> pd.DataFrame:
-    pairs = _per_data(
-        s,
-        seed,
-        key,
-        partial(trees.trees_pairs, depths=s["depths"], n_train=s["n_train"], n_pairs=s["n_pairs"]),
-    )
-    return pairs
+    return _per_data(s, seed, key, trees.trees_pairs, ("depths", "n_train", "n_pairs"))
 
 
 def _tightness(s: dict, seed: int, key: list[int]) -> pd.DataFrame:

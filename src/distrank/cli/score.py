@@ -10,6 +10,7 @@ one more field of ``ScoreOptions`` (or one more library call).
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 from distrank._checks import InputError
@@ -212,11 +213,19 @@ def run(args) -> int:
     return EXIT_OK
 
 
+def _on_inputs(fn, inputs, options, args, **kwargs):
+    """``fn(reference, clients, models, options, device=args.device, **kwargs)`` of the
+    scoring ``inputs``: the signature of the library's scoring calls."""
+    return fn(
+        inputs.reference, inputs.clients, inputs.models, options, device=args.device, **kwargs
+    )
+
+
 def scored(inputs, options, meta: dict, args):
     """``distrank.metrics.score``; the options go into ``meta``."""
     from distrank.metrics import score
 
-    table = score(inputs.reference, inputs.clients, inputs.models, options, device=args.device)
+    table = _on_inputs(score, inputs, options, args)
     meta["options"] = options.as_dict()
     return table
 
@@ -236,14 +245,8 @@ def private(inputs, options, meta: dict, args):
         raise InputError(f"--delta: expected a number in (0, 1), got {args.delta!r}")
     if list(args.metrics) != ["kd"]:
         raise InputError("--private releases KD only: add --metric kd")
-    table, budget = private_scores(
-        inputs.reference,
-        inputs.clients,
-        inputs.models,
-        options,
-        epsilon=args.private,
-        delta=args.delta,
-        device=args.device,
+    table, budget = _on_inputs(
+        private_scores, inputs, options, args, epsilon=args.private, delta=args.delta
     )
     meta["options"] = options.as_dict()
     meta["privacy"] = {
@@ -266,15 +269,13 @@ def intervals(table, inputs, options, meta: dict, args):
     """``--intervals N``: columns low and high (``distrank.metrics.bootstrap``)."""
     from distrank.metrics.bootstrap import with_intervals
 
-    table = with_intervals(
-        table,
-        inputs.reference,
-        inputs.clients,
-        inputs.models,
+    table = _on_inputs(
+        partial(with_intervals, table),
+        inputs,
         options,
+        args,
         n_resamples=args.intervals,
         confidence_level=args.confidence_level,
-        device=args.device,
     )
     meta["intervals"] = {
         "method": "percentile bootstrap: reference rows within clients, generated rows "

@@ -23,7 +23,8 @@ import numpy as np
 
 from distrank._io import parts_digest
 
-from .download import DownloadError, fetch
+from .download import fetch
+from .transfer import DownloadError
 
 __all__ = [
     "CLASS_NAMES",
@@ -91,14 +92,21 @@ def load_fashion_mnist(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Images uint8 (N, 28, 28) and labels int64 (N,) of a Fashion-MNIST split.
 
-    Args:
-        split: "train" (60,000), "test" (10,000) or "all" (train then test).
-        root: a directory holding the four files (``.gz`` or decompressed); when
-            given, only it is used.
-        download_dir, download: where to fetch the files when neither ``root``
-            nor the Debian package has them, and whether that is allowed.
-        verify: check the decompressed data against :data:`RAW_MD5` (turn off
-            only for files that are not the real dataset, such as test fixtures).
+    Parameters
+    ----------
+    split : str
+        "train" (60,000), "test" (10,000) or "all" (train then test).
+    root : str or os.PathLike, optional
+        A directory holding the four files (``.gz`` or decompressed); when given,
+        only it is used.
+    download_dir : str or os.PathLike
+        Where to fetch the files when neither ``root`` nor the Debian package has
+        them.
+    download : bool
+        Whether fetching them is allowed.
+    verify : bool
+        Check the decompressed data against :data:`RAW_MD5` (turn off only for
+        files that are not the real dataset, such as test fixtures).
     """
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")

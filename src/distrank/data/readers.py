@@ -35,6 +35,7 @@ __all__ = [
     "read_adm_npz",
     "read_cifar10_python",
     "read_image_folder",
+    "read_npy_header",
 ]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -83,6 +84,23 @@ def read_adm_npz(
     return images, labels
 
 
+def read_npy_header(handle) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """The header of the .npy file open in ``handle`` (format 1.0, else 2.0).
+
+    Returns
+    -------
+    (shape, fortran_order, dtype)
+        As ``np.lib.format`` reads them; ``handle`` is left at the first data byte.
+    """
+    version = np.lib.format.read_magic(handle)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    return read_header(handle)
+
+
 def _read_npy_rows(
     archive: zipfile.ZipFile, name: str, max_rows: int | None, path: Path
 ) -> np.ndarray:
@@ -90,13 +108,7 @@ def _read_npy_rows(
     where = f"{path} key {name.removesuffix('.npy')!r}"
     with archive.open(name) as handle:
         try:
-            version = np.lib.format.read_magic(handle)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran_order, dtype = read_header(handle)
+            shape, fortran_order, dtype = read_npy_header(handle)
         except ValueError as err:
             raise ValueError(f"{where}: bad .npy header: {err}") from err
         if dtype.hasobject:
@@ -131,16 +143,20 @@ def read_image_folder(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Decode every image below ``path`` (recursively, sorted by relative path).
 
-    Args:
-        labels_from_subfolders: label each image with the name of the top-level
-            subfolder it lies in (``afhq/train/cat/x.jpg`` read from ``afhq/train``
-            gets ``'cat'``); labels are then a unicode array.
-        mode: PIL mode to convert to, "RGB" (C = 3) or "L" (C = 1).
-        max_images: read only the first ``max_images`` files of the sorted list.
-
     All images must have the same size: resizing is the feature extractor's
     job, so a mismatch is an error naming the file. Hidden files and macOS
     ``__MACOSX`` folders are skipped.
+
+    Parameters
+    ----------
+    labels_from_subfolders : bool
+        Label each image with the name of the top-level subfolder it lies in
+        (``afhq/train/cat/x.jpg`` read from ``afhq/train`` gets ``'cat'``); labels
+        are then a unicode array.
+    mode : str
+        PIL mode to convert to, "RGB" (C = 3) or "L" (C = 1).
+    max_images : int, optional
+        Read only the first ``max_images`` files of the sorted list.
     """
     if mode not in ("RGB", "L"):
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")

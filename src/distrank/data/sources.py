@@ -103,15 +103,17 @@ class MissingLabelsError(ValueError):
 
 @dataclass(frozen=True)
 class ImageSet:
-    """Decoded images of a source.
+    """Decoded images of a source; unpacks like the former return value
+    (``images, labels = load_source(...)``).
 
-    Attributes:
-        images: uint8 (N, H, W, C), C in {1, 3}.
-        labels: int64 (N,), or None for unlabelled sources.
-        label_names: class names, ``label_names[k]`` naming label k; None when the
-            source has integer labels without names (or no labels).
-
-    Unpacks like the former return value: ``images, labels = load_source(...)``.
+    Attributes
+    ----------
+    images : np.ndarray
+        uint8 (N, H, W, C), C in {1, 3}.
+    labels : np.ndarray or None
+        int64 (N,), or None for unlabelled sources.
+    label_names : tuple of str or None
+        Class names, ``label_names[k]`` naming label k; None for unnamed or absent labels.
     """
 
     images: np.ndarray
@@ -130,10 +132,13 @@ def load_source(
 ) -> ImageSet:
     """Decode the image set that a config ``source`` entry names (see the module doc).
 
-    Args:
-        paths: artifact name -> local path (the downloaded file, or the directory an
-            archive was extracted to); needed for sources given by ``artifact``.
-        workers: processes that decode the files of a folder source.
+    Parameters
+    ----------
+    paths : mapping, optional
+        Artifact name -> local path (the downloaded file, or the directory an
+        archive was extracted to); needed for sources given by ``artifact``.
+    workers : int
+        Processes that decode the files of a folder source.
     """
     kind = source.get("kind")
     if kind not in KINDS:

@@ -174,7 +174,7 @@ class Extractor(ABC):
     @property
     @abstractmethod
     def weights(self) -> dict:
-        """{"file": name, "sha256": hex} of the weights in use."""
+        """The weights in use, as ``{"file": name, "sha256": hex}``."""
 
     @property
     @abstractmethod

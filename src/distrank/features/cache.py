@@ -79,18 +79,14 @@ def meta_path(out_npz: str | os.PathLike) -> Path:
 def _npz_member_shape(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype] | None:
     """Shape and dtype of one array in an npz, read from its header (the data stay
     compressed)."""
+    from distrank.data.readers import read_npy_header
+
     with zipfile.ZipFile(path) as archive:
         name = f"{key}.npy"
         if name not in archive.namelist():
             return None
         with archive.open(name) as member:
-            version = np.lib.format.read_magic(member)
-            reader = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, _, dtype = reader(member)
+            shape, _, dtype = read_npy_header(member)
     return tuple(shape), np.dtype(dtype)
 
 
@@ -328,15 +324,22 @@ def cached_input_features(
     input) and their metadata, read from the cache when a file there matches exactly,
     else extracted into it.
 
-    Args:
-        cache_dir: the cache folder (None: :func:`default_cache_dir`); the file is
-            :func:`cache_file` of the metadata, so each (input, extractor, options) has its own.
-        batch_size, workers: images per forward pass (default: the extractor's) and
-            decoding processes; neither changes the features beyond float rounding.
-        desc: the step's name on the progress bar.
-
     The input is identified by its content digest (``image_input.describe()``), so a
     changed file recomputes. Images of different sizes are batched separately.
+
+    Parameters
+    ----------
+    cache_dir : str or os.PathLike, optional
+        The cache folder (None: :func:`default_cache_dir`); the file is
+        :func:`cache_file` of the metadata, so each (input, extractor, options) has
+        its own.
+    batch_size : int, optional
+        Images per forward pass (default: the extractor's); it does not change the
+        features beyond float rounding.
+    workers : int
+        Decoding processes; they do not change the features.
+    desc : str, optional
+        The step's name on the progress bar.
     """
     wanted = input_metadata(extractor, **image_input.describe(), extra_meta=extra_meta)
     out_npz = cache_file(default_cache_dir() if cache_dir is None else cache_dir, wanted)

@@ -16,7 +16,7 @@ Weights, the first found of (:func:`inception_weights`):
    0.1.3 (MIT), which ``setup.sh`` installs without its dependencies: a TorchScript
    of the same network up to the pool (from the StyleGAN3 metrics tool's
    ``inception-2015-12-05.pt``), checked by its sha256. Its tensors are read without
-   running its code (:func:`distrank.features.weights.load_torchscript_tensors`) and
+   running its code (:func:`distrank.features.torchscript.load_torchscript_tensors`) and
    mapped onto torch-fidelity's layers (:func:`state_from_torchscript`), so one network
    code path serves both files; the package is never imported;
 3. a download of the first file (see :mod:`distrank.features.weights`).
@@ -45,14 +45,13 @@ from torch import nn
 from .base import Extractor, full_precision, package_versions, resolve_device
 from .onnx_backend import ONNX_OPSET, OnnxNetwork
 from .preprocess import Preprocessing, check_images
+from .torchscript import is_torchscript, load_torchscript_tensors
 from .weights import (
     WEIGHTS,
     WHEELS,
     file_sha256,
     find_weights,
-    is_torchscript,
     load_state_dict,
-    load_torchscript_tensors,
     resolve_weights,
     weights_dir,
     weights_mismatch,

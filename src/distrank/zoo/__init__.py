@@ -40,7 +40,7 @@ __all__ = [
     "torch_session",
 ]
 
-#: Learned families: name -> module under distrank.zoo with train_<name>/sample_<name>.
+#: Learned families, name -> module under distrank.zoo with train_<name>/sample_<name>.
 FAMILIES = ("cgan", "vae", "diffusion")
 #: Model kinds made from the held-out real images (the real model and its degradations).
 FROM_HELDOUT = ("heldout", "noise", "blur", "mode_drop")
