@@ -12,7 +12,6 @@ from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 from jinja2 import Environment, StrictUndefined
-from sphinx.ext import napoleon
 from sphinx.util.nodes import make_refnode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +27,7 @@ copyright = "the distrank authors, MIT licence"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",  # the docstrings' "Args:" and "Parameters" sections
+    "sphinx.ext.napoleon",  # the docstrings' numpy sections ("Parameters", "Returns")
     "sphinx.ext.mathjax",
     # MathJax 3.2.2 (Apache-2.0) shipped inside a wheel, copied into _static/: formulas render with
     # no CDN, offline (the browser test refuses any request that leaves 127.0.0.1).
@@ -55,8 +54,6 @@ autodoc_default_options = {"members": True, "undoc-members": True, "ignore-modul
 napoleon_use_param = False
 napoleon_use_rtype = False
 napoleon_use_ivar = True
-# distrank.cli, distrank.federation and distrank._backend are not documented here;
-# other modules import them, so autodoc must be able to.
 
 nitpicky = True
 # Types from outside the package (numpy, pandas, torch, the standard library) have no
@@ -67,7 +64,7 @@ nitpick_ignore_regex = [
     ("py:class", r"(Mapping|Sequence|Iterable|Iterator|Callable|Path|Figure|Tensor|Array)"),
     ("py:.*", r"(sklearn|scipy|os|pickle|_pickle|abc|Path|pathlib)\..*"),
     ("py:class", r"(Module|Dropout|BatchNorm)"),
-    ("py:.*", r"(distrank\.)?(_backend|_progress)\..*"),
+    ("py:.*", r"(distrank\.)?_progress\..*"),
     ("py:.*", r"(.*\.)?_[a-z_]+"),  # private helpers a docstring names: not documented
 ]
 
@@ -155,17 +152,6 @@ def resolve_reference(app, env, node, contnode):
     return None
 
 
-def process_docstring(app, what, name, obj, options, lines):
-    """Napoleon for functions, classes and modules only: an attribute's docstring here
-    is prose, and napoleon would read its first "word: text" as a type."""
-    if what not in ("attribute", "data", "property"):
-        napoleon._process_docstring(app, what, name, obj, options, lines)
-
-
 def setup(app):
-    for listener in list(app.events.listeners["autodoc-process-docstring"]):
-        if listener.handler is napoleon._process_docstring:
-            app.disconnect(listener.id)
-    app.connect("autodoc-process-docstring", process_docstring)
     app.connect("missing-reference", resolve_reference)
     app.add_directive("distrank-caption", Caption)

@@ -3,9 +3,11 @@ which (distrank.experiments.run_rule)."""
 
 from distrank import experiments
 from distrank._io import logged
+from distrank.metrics.registry import load_plugins
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
+    load_plugins(sm.config["plugins"])  # the config's own metrics, registered
     job = experiments.Job(
         dict(sm.input.items()),
         dict(sm.output.items()),

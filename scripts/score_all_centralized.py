@@ -1,10 +1,12 @@
 """Snakemake entry point, centralized: D_all needs the pooled reference features."""
 
 from distrank._io import logged
+from distrank.metrics.registry import load_plugins
 from distrank.metrics.score_files import score_centralized_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0]):
+    load_plugins(sm.config["plugins"])  # the config's own metrics, registered
     score_centralized_file(
         sm.input.reference,
         sm.input.manifest,

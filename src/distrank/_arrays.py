@@ -8,13 +8,17 @@ with messages that name the argument and the problem.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-from distrank._checks import positive_int  # noqa: F401  (re-exported)
+from distrank._checks import about, positive_int
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: Entries of one product block (64 MiB of float32): the default block of KD's and
+#: PRDC's passes (:func:`product_rows`).
+BLOCK_ELEMENTS = 2**24
 
 
 def work_dtype(dtype: str) -> torch.dtype:
@@ -55,6 +59,33 @@ def as_features(x, name: str) -> torch.Tensor:
     if x.is_floating_point() and not _all_finite(x):
         raise ValueError(f"{name}: contains NaN or infinite values")
     return x
+
+
+def check_models(models, d: int) -> dict[str, torch.Tensor]:
+    """The models' rows (name -> (m, d) tensor), each checked and named by its key."""
+    if not isinstance(models, Mapping) or not models:
+        raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
+    ys = {}
+    for name, y in models.items():
+        with about("model", str(name)):
+            y = as_features(y, f"models[{name!r}]")
+            if y.shape[1] != d:
+                raise ValueError(
+                    f"models[{name!r}]: dimension {y.shape[1]} does not match "
+                    f"the reference dimension {d}"
+                )
+        ys[str(name)] = y
+    if len(ys) != len(models):
+        raise ValueError("models: names are not distinct as strings")
+    return ys
+
+
+def product_rows(block_size, itemsize: int, name: str = "block_size") -> int:
+    """Rows of one product block: ``block_size``, or for None square blocks of
+    :data:`BLOCK_ELEMENTS` entries (4,096 rows in float32, 2,816 in float64)."""
+    if block_size is None:
+        return int(np.sqrt(BLOCK_ELEMENTS * 4 // itemsize)) // 256 * 256
+    return positive_int(block_size, name)
 
 
 # Entries of one row block of the whole-array passes below (16 MiB of float32): a

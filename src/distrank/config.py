@@ -21,7 +21,10 @@ from distrank.experiments import check_partition, labelled
 
 
 def check(config: Mapping) -> list[str]:
-    """Run every cross-key check of ``config``; returns the warnings to show."""
+    """Run every cross-key check of ``config`` (its ``plugins:`` loaded first, so that
+    their metrics are known); returns the warnings to show."""
+    load_plugins(config)
+    _check_registered(config)
     _check_models(config)
     _check_sources(config)
     for key, settings in config.get("experiments", {}).items():
@@ -60,6 +63,36 @@ def check_file(path: str | os.PathLike) -> None:
             stack.extend(
                 (item, f"{where.removesuffix('.')}[{i}].") for i, item in enumerate(node.value)
             )
+
+
+def load_plugins(config: Mapping) -> None:
+    """Import every module under ``plugins:``; each registers its own metrics
+    (``distrank.metrics.registry.register``). Run before :func:`check` and in every job."""
+    from distrank.metrics.registry import load_plugins as load
+
+    try:
+        load(config.get("plugins", []))
+    except ValueError as err:
+        raise ValueError(f"config: {err}") from None
+
+
+def _check_registered(config: Mapping) -> None:
+    """Every metric a config names is registered (the schema takes any name)."""
+    from distrank.metrics.registry import METRICS
+
+    named = [("metrics.metrics", config.get("metrics", {}).get("metrics") or [])]
+    named += [
+        (f"experiments.{key}.metrics", settings["metrics"])
+        for key, settings in config.get("experiments", {}).items()
+        if isinstance(settings.get("metrics"), list)
+    ]
+    for where, metrics in named:
+        for metric in metrics:
+            if metric not in METRICS:
+                raise ValueError(
+                    f"config: {where}: {metric!r} is not a registered metric; known: "
+                    f"{sorted(METRICS)} (a module under plugins: registers more)"
+                )
 
 
 def _check_metrics(config: Mapping, key: str, experiment) -> None:

@@ -93,9 +93,9 @@ def test_the_api_reference_documents_the_public_modules_and_not_the_internal_one
     for html in (out / "api").glob("*.html"):
         documented |= page(out, f"api/{html.name}").objects
     for name in (
-        "distrank.metrics.kd.kernel_distance",
-        "distrank.metrics.fd.frechet_distance",
-        "distrank.metrics.prdc.prdc",
+        "distrank.metrics.kd.sums.kernel_distance",
+        "distrank.metrics.fd.frechet.frechet_distance",
+        "distrank.metrics.prdc.scores.prdc",
         "distrank.metrics.scoring.score",
         "distrank.metrics.privacy.kd_sensitivity",
         "distrank.clients.partition",

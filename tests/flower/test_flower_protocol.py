@@ -29,7 +29,7 @@ from distrank.flower.secure import SECURE_CONFIG
 from distrank.flower.server import federated_table
 from distrank.flower.site import SECURE_ONLY, score_site
 from distrank.metrics import score
-from distrank.metrics.fd import gaussian_stats
+from distrank.metrics.fd.frechet import gaussian_stats
 
 OPTIONS = {
     "metrics": ["kd", "fd", "precision", "recall", "density", "coverage"],
@@ -71,10 +71,12 @@ def test_request_and_reply_round_trip_exactly(federation):
     assert got_options == OPTIONS | {"kernel_params": {"degree": 2, "coef0": 0.5}}
     stats = gaussian_stats(sites["oslo"])
     scores = {"sharp": {"kd": 0.1 + 1e-17, "fd": 1 / 3}, "broad": {"kd": np.pi, "fd": 2.0}}
-    reply = decode_reply(encode_reply(7, 60, scores, stats))
+    reply = decode_reply(
+        encode_reply(7, 60, scores, {"fd": {"mean": stats.mean, "cov": stats.cov}})
+    )
     assert (reply.site, reply.n, reply.scores, reply.error) == (7, 60, scores, "")
-    assert np.array_equal(reply.stats.mean, stats.mean) and np.array_equal(
-        reply.stats.cov, stats.cov
+    assert np.array_equal(reply.stats["fd"]["mean"], stats.mean) and np.array_equal(
+        reply.stats["fd"]["cov"], stats.cov
     )
     assert decode_reply(encode_error("rome", "OSError: gone")).error == "OSError: gone"
 

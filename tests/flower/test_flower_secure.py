@@ -29,7 +29,7 @@ from distrank.flower.masks import GENERATOR
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure.server import bounds_path
 from distrank.metrics import score
-from distrank.metrics.fd import GaussianStats, fd_bound, frechet_distance, gaussian_stats
+from distrank.metrics.fd.frechet import GaussianStats, fd_bound, frechet_distance, gaussian_stats
 from distrank.metrics.registry import METRICS
 from distrank.metrics.table import meta_path
 

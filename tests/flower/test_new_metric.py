@@ -6,19 +6,26 @@ The metric: the squared distance between feature means, ``|mean(X) - mean(Y)|^2`
 lambda_i = n_i / n the pooled mean is sum_i lambda_i m_i, so
 ``avg = all + sum_i lambda_i |m_i - m|^2``: a model-free offset, like KD's (it is KD with
 the linear kernel, biased). It has a plain path only (re-aggregation and the bootstrap
-score it afresh) and a secure sum of its own: the weighted sum of the sites' values for
-``avg`` and the sum of their rows for ``all``.
+score it afresh), its ``all`` in plain Flower from the sites' shared means
+(``Metric.pooled``), and a secure sum of its own: the weighted sum of the sites' values
+for ``avg`` and the sum of their rows for ``all``. A second metric, biased KD with the
+run's kernel computed densely, shows that a plugin that declares ``uses_kernel`` gets
+the kernel in every path and a kernel bound in secure mode. A config that lists the
+module registering it under ``plugins:`` selects it in the pipeline.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from secure_run import run_secure
+from textkit import html_tables
 
 from distrank.cli import main as cli
 from distrank.flower.messages import OPTION_KEYS, decode_reply, encode_request
@@ -26,16 +33,19 @@ from distrank.flower.node import SiteConfig
 from distrank.flower.secure.server import bounds_path
 from distrank.flower.server import federated_table
 from distrank.flower.site import score_site
-from distrank.metrics import score
+from distrank.metrics import kernel_distance, score
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
-from distrank.metrics.families import Family, Run, SecureSum, WeightedSum
+from distrank.metrics.family import Family, Pooled, Run, SecureSum, WeightedSum
+from distrank.metrics.metric import METRIC_KEYS, SAFE, Metric, Rows
 from distrank.metrics.options import ScoreOptions
 from distrank.metrics.reaggregate import score_partitions
-from distrank.metrics.registry import SAFE, Metric, Rows, register, unregister
+from distrank.metrics.registry import register, unregister
 from distrank.metrics.table import meta_path
+from distrank.report.html import build_report
 from distrank.report.verdicts import consistency
 
 KEY = "meangap"
+REPO = Path(__file__).resolve().parents[2]
 
 
 class MeanGap(Family):
@@ -54,6 +64,18 @@ class MeanGap(Family):
             return out
 
         return Run(compute)
+
+
+class SharedMeans(Pooled):
+    """all from the sites' means: the pooled mean is sum_i n_i m_i / n."""
+
+    def site(self, x, device=None):
+        return {"mean": np.asarray(x, np.float64).mean(axis=0)}
+
+    def finish(self, sites, models, device=None):
+        n = sum(size for size, _ in sites)
+        mean = sum(size * s["mean"] for size, s in sites) / n
+        return {g: gaps(mean[None], y) for g, y in models.items()}
 
 
 class MeanGapSum(SecureSum):
@@ -96,14 +118,61 @@ METRIC = Metric(
     consistent="avg = all + sum_i lambda_i |m_i - m|^2, a model-free offset",
     breaks={"weights": {"uniform": "the pooled mean is sum_i (n_i/n) m_i"}},
     secure=MeanGapSum(),
+    pooled=SharedMeans(),
+)
+
+KERNEL_KEY = "kernelgap"
+
+
+class KernelGap(Family):
+    """Biased KD with the scorer's kernel (``inputs.kernel``), from dense kernel matrices."""
+
+    uses_kernel = True
+
+    def plain(self, inputs, keys):
+        x, groups, k = inputs.reference.double(), inputs.groups, inputs.kernel
+
+        def kd(a, y):
+            return float(k(a, a).mean() + k(y, y).mean() - 2 * k(a, y).mean())
+
+        def compute():
+            return {
+                name: {
+                    KERNEL_KEY: (
+                        kd(x, y.double()),
+                        np.array(
+                            [
+                                kd(inputs.client_rows(c).double(), y.double())
+                                for c in range(len(groups.names))
+                            ]
+                        ),
+                    )
+                }
+                for name, y in inputs.models.items()
+            }
+
+        return Run(compute)
+
+
+KERNEL_METRIC = Metric(
+    KERNEL_KEY,
+    "KernelGap",
+    False,
+    KernelGap(),
+    lambda options: Rows(1, 1, "a kernel mean"),
+    agrees=SAFE,
+    consistent="biased KD: Theorem 1",
+    secure=WeightedSum(KERNEL_KEY, lambda plan: 4 * plan.kernel_bound),  # |KD| <= 4 max k
 )
 
 
 @pytest.fixture
 def registered():
     register(METRIC)
+    register(KERNEL_METRIC)
     yield METRIC
     unregister(KEY)
+    unregister(KERNEL_KEY)
 
 
 def gaps(x, y) -> float:
@@ -144,6 +213,16 @@ def test_score_the_table_and_the_report(registered, federation, reference):
     assert consistency(table, {"options": {"weights": "uniform"}}).set_index("metric").loc[
         KEY, "why"
     ] == ("the pooled mean is sum_i (n_i/n) m_i")
+    # the page: its verdicts table (parsed cells) says what the Metric declares
+    head, *rows = next(
+        t
+        for t in html_tables(build_report(table, meta={"options": {"weights": "size"}}))
+        if t[0][0] == "metric"
+    )
+    row = next(dict(zip(head, r)) for r in rows if r[0] == "MeanGap")
+    assert row["safe to average?"] == SAFE and row["why"] == METRIC.consistent
+    measured = row["measured on these models"].split("\n")
+    assert measured[1].endswith(", constant") and measured[2] == "0 flipped pairs"
 
 
 def test_the_cli(registered, federation, reference, tmp_path):
@@ -196,14 +275,11 @@ def test_flower_plain_and_secure(registered, federation, reference, tmp_path, se
     replies = []
     for name, rows in sites.items():
         np.savez(tmp_path / f"{name}-site.npz", features=rows)
-        replies.append(
-            decode_reply(
-                score_site(
-                    SiteConfig(name, tmp_path / f"{name}-site.npz", secure_only=False), request
-                )
-            )
-        )
-    assert check(federated_table(replies, models=models), expected) == 2 * (1 + 3)
+        site = SiteConfig(name, tmp_path / f"{name}-site.npz", share_stats=True, secure_only=False)
+        replies.append(decode_reply(score_site(site, request)))
+    table = federated_table(replies, models=models)
+    assert check(table, expected) == 2 * (2 + 3)  # all (from the shared means), avg, 3 sites
+    assert sorted(table[table.aggregation == "all"].model) == sorted(models)
     _, out = run_secure(tmp_path, sites, models, metrics=KEY)
     table = pd.read_csv(out, keep_default_na=False).merge(pd.read_csv(bounds_path(out)))
     assert sorted(zip(table.model, table.aggregation)) == [
@@ -212,3 +288,62 @@ def test_flower_plain_and_secure(registered, federation, reference, tmp_path, se
     for r in table.itertuples():
         assert abs(r.value - expected[(r.model, r.aggregation, "")]) <= r.bound
     assert json.loads(meta_path(out).read_text())["secure"]["sites"] == sorted(sites)
+
+
+def test_a_plugin_that_uses_the_kernel(registered, federation, reference, tmp_path, server_process):
+    """The kernel reaches the plugin (biased KD of every client and the pool equal to
+    ``kernel_distance``), and secure mode bounds it by the run's kernel: every value within
+    its bound of the plain value (a kernel bound of 0 would quantise every entry to 0)."""
+    sites, models = federation
+    rbf = {"kernel": "rbf", "kernel_params": {"bandwidth": 2.0}}
+    table = score(*reference, models, metrics=[KERNEL_KEY], dtype="float64", **rbf)
+    x = reference[0]
+    for r in table[table.aggregation != "avg"].itertuples():
+        rows = x if r.aggregation == "all" else sites[r.client]
+        want = kernel_distance(rows, models[r.model], estimator="biased", dtype="float64", **rbf)
+        assert r.value == pytest.approx(want, rel=1e-10)
+    plain = table[table.aggregation == "avg"].set_index("model")["value"]
+    _, out = run_secure(
+        tmp_path,
+        sites,
+        models,
+        metrics=KERNEL_KEY,
+        kernel="rbf",
+        **{"kernel-params": "bandwidth=2"},
+    )
+    secure = pd.read_csv(out, keep_default_na=False).merge(pd.read_csv(bounds_path(out)))
+    assert list(secure.aggregation) == ["avg"] * len(models)
+    for r in secure.itertuples():
+        assert 0 < r.bound < 1e-3 and abs(r.value - plain[r.model]) <= r.bound
+
+
+def test_a_config_selects_it(registered, tmp_path, monkeypatch):
+    """The pipeline's schema takes any metric name; the config check knows the registered
+    ones, and a module under ``plugins:`` registers its own before the check."""
+    from snakemake.utils import validate
+
+    from distrank.config import check, load_plugins
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["metrics"]["metrics"] = [*METRIC_KEYS, KEY]  # the default study, and this metric
+    validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
+    check(config)  # registered by the fixture
+    config["metrics"]["metrics"] = [*METRIC_KEYS, "nogap"]
+    with pytest.raises(ValueError, match=r"^config: metrics.metrics: 'nogap' is not a registered"):
+        check(config)
+    (tmp_path / "nogap_plugin.py").write_text(
+        "from dataclasses import replace\n"
+        "from distrank.metrics.registry import register\n"
+        "from test_new_metric import METRIC\n"
+        "register(replace(METRIC, key='nogap'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config["plugins"] = ["nogap_plugin"]
+    try:
+        load_plugins(config)
+        check(config)
+    finally:
+        unregister("nogap")
+    config["plugins"] = ["no_such_plugin"]
+    with pytest.raises(ValueError, match=r"^config: plugins: cannot import 'no_such_plugin'"):
+        load_plugins(config)

@@ -14,10 +14,9 @@ from distrank.metrics.bootstrap import (
     model_pairs,
     pairwise_intervals,
     pairwise_summary,
-    resampled_kernel_sums,
-    row_counts,
     score_intervals,
 )
+from distrank.metrics.kd.resample import resampled_kernel_sums, row_counts
 
 RNG = np.random.default_rng(20240614)
 

@@ -192,7 +192,7 @@ def test_bad_fd_inputs_are_named():
 
 
 def test_each_client_factor_is_computed_once_for_all_models(monkeypatch):
-    import distrank.metrics.fd as fd_module
+    import distrank.metrics.fd.frechet as fd_module
 
     calls, sqrt_factor = [], fd_module.sqrt_factor
 

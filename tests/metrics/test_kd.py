@@ -15,13 +15,13 @@ from sklearn.metrics.pairwise import (
 from torch_fidelity.metric_kid import kernel_poly, kid_features_to_metric, mmd2
 
 from distrank.metrics import (
-    kd_subsets,
     kernel_distance,
     kernel_sums,
     make_kernel,
     median_bandwidth,
     score,
 )
+from distrank.metrics.kd.subsets import subset_kd
 
 RNG = np.random.default_rng(20231017)
 
@@ -236,7 +236,17 @@ def test_subsets_of_every_client_and_model_equal_per_subset_kernels(name, block_
 
 def test_kd_subsets_of_one_pair_equal_torch_fidelity_kid():
     x, y = RNG.normal(size=(40, 6)), RNG.normal(0.3, 1.0, size=(35, 6))
-    mean, std = kd_subsets(x, y, make_kernel("poly", None, 6), n_subsets=4, subset_size=20, seed=9)
+    means, stds = subset_kd(
+        x,
+        None,
+        [y],
+        make_kernel("poly", None, 6),
+        n_subsets=4,
+        subset_size=20,
+        seed=9,
+        dtype="float64",
+    )
+    mean, std = float(means[0, 0]), float(stds[0, 0])
     kid = kid_features_to_metric(
         torch.from_numpy(y),
         torch.from_numpy(x),

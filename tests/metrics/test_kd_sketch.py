@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from distrank.metrics import score
-from distrank.metrics.families.sketch import DIM
-from distrank.metrics.sketch import FeatureMap
+from distrank.metrics.sketch.family import DIM
+from distrank.metrics.sketch.maps import FeatureMap
 
 H = 2.5
 

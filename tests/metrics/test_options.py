@@ -15,9 +15,9 @@ import yaml
 from distrank.cli import build_parser
 from distrank.metrics import ScoreOptions, score, score_options
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
+from distrank.metrics.metric import METRIC_KEYS
 from distrank.metrics.privacy import private_scores
 from distrank.metrics.reaggregate import score_partitions
-from distrank.metrics.registry import METRIC_KEYS
 from distrank.metrics.scoring import score_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +69,35 @@ def test_no_scorer_restates_a_default():
     for scorer in (score, score_client, score_partitions, bootstrap_scores, private_scores):
         restated = options & set(inspect.signature(scorer).parameters)
         assert not restated, (scorer.__name__, restated)
+
+
+def test_the_math_functions_default_to_the_dataclass():
+    """The engines below the scorers restate some defaults (they are imported by the
+    registry's families, so they cannot import the options): each equals the dataclass's,
+    and every block size defaults to None (64 MiB blocks, ``_arrays.product_rows``)."""
+    from distrank.metrics.kd import resample, subsets, sums
+    from distrank.metrics.prdc import scores
+
+    defaults = ScoreOptions.defaults() | {"estimator": ScoreOptions.kd_estimator}
+    engines = (
+        sums.kernel_sums,
+        sums.KDObjective,
+        sums.kernel_distance,
+        subsets.subset_kd,
+        resample.resampled_kernel_sums,
+        scores.prdc,
+    )
+    checked = 0
+    for engine in engines:
+        for name, parameter in inspect.signature(engine).parameters.items():
+            if parameter.default is inspect.Parameter.empty:
+                continue
+            if name in defaults and name != "metrics":
+                assert parameter.default == defaults[name], (engine.__name__, name)
+                checked += 1
+            if name == "block_size":
+                assert parameter.default is None, engine.__name__
+    assert checked >= 12
 
 
 @pytest.mark.parametrize(

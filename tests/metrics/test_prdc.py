@@ -10,7 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distrank.metrics.prdc import METRICS, prdc
+from distrank.metrics.metric import PRDC
+from distrank.metrics.prdc.scores import prdc
 
 
 def _naeem(real, fake, k):
@@ -42,7 +43,7 @@ def _heterogeneous(seed, sizes, m, d):
 
 
 @pytest.mark.parametrize(
-    "pr_k, dc_k, d, block_rows, model_names",
+    "pr_k, dc_k, d, block_size, model_names",
     [
         (3, 5, 16, None, ("close", "far")),
         (3, 5, 64, 37, ("far",)),  # odd blocks: running k-NN merge, clients split across blocks
@@ -50,19 +51,19 @@ def _heterogeneous(seed, sizes, m, d):
         (4, 4, 32, None, ("far",)),
     ],
 )
-def test_equals_prdc_package_pooled_and_per_client(pr_k, dc_k, d, block_rows, model_names):
+def test_equals_prdc_package_pooled_and_per_client(pr_k, dc_k, d, block_size, model_names):
     sizes = [150, 90, 220, 60]
     reference, clients, models = _heterogeneous(1, sizes, 300, d)
     models = {name: models[name] for name in model_names}
     result = prdc(
-        reference, clients, models, pr_k=pr_k, dc_k=dc_k, dtype="float64", block_rows=block_rows
+        reference, clients, models, pr_k=pr_k, dc_k=dc_k, dtype="float64", block_size=block_size
     )
     assert list(result) == list(models)
     reals = {"all": reference} | {str(c): reference[clients == c] for c in range(len(sizes))}
     for name, fake in models.items():
         expected = {key: _expected(real, fake, pr_k, dc_k) for key, real in reals.items()}
         assert result[name] == {
-            metric: {key: expected[key][metric] for key in reals} for metric in METRICS
+            metric: {key: expected[key][metric] for key in reals} for metric in PRDC
         }
 
 
@@ -73,7 +74,7 @@ def test_recall_is_consistent_and_the_others_are_not():
     weights = {str(c): size / sum(sizes) for c, size in enumerate(sizes)}
     for values in result.values():
         averaged = {
-            metric: sum(w * values[metric][c] for c, w in weights.items()) for metric in METRICS
+            metric: sum(w * values[metric][c] for c, w in weights.items()) for metric in PRDC
         }
         assert averaged["recall"] == pytest.approx(values["recall"]["all"], abs=1e-12)
         # The client radii differ from the pooled ones, so these do not average.
@@ -101,7 +102,7 @@ def test_recall_identity_over_random_partitions(seed, n_clients, pr_k, m, n):
         pr_k=pr_k,
         metrics=["recall"],
         dtype="float64",
-        block_rows=int(rng.integers(7, 64)),
+        block_size=int(rng.integers(7, 64)),
     )["g"]["recall"]
     labels, sizes = np.unique(clients, return_counts=True)
     averaged = sum(size / n * recall[str(c)] for c, size in zip(labels, sizes))
@@ -138,7 +139,7 @@ def test_float32_close_to_float64():
     exact = prdc(reference, clients, models, dtype="float64")
     approx = prdc(reference.astype(np.float32), clients, models, dtype="float32")
     for name in models:
-        for metric in METRICS:
+        for metric in PRDC:
             for key, value in exact[name][metric].items():
                 assert approx[name][metric][key] == pytest.approx(value, abs=0.01)
 
@@ -147,7 +148,7 @@ def test_single_client_equals_pool():
     reference, _, models = _heterogeneous(5, [100], 50, 4)
     result = prdc(reference, np.zeros(100, int), models, dtype="float64")
     for values in result.values():
-        for metric in METRICS:
+        for metric in PRDC:
             assert values[metric]["0"] == values[metric]["all"]
 
 
@@ -179,7 +180,7 @@ def test_bad_input_names_the_argument(change, message):
         "reference": rng.normal(size=(40, 3)),
         "clients": np.zeros(40, int),
         "models": {"g": rng.normal(size=(10, 3))},
-        "metrics": METRICS,
+        "metrics": PRDC,
         "pr_k": 3,
         "dtype": "float64",
     }
@@ -204,7 +205,7 @@ def test_small_client_is_fine_for_recall_alone():
 @pytest.mark.parametrize("metrics", [["precision", "density"], ["recall"]])
 def test_products_need_the_pooled_and_the_model_blocks(metrics):
     """KD's sums come from PRDC's products only when PRDC forms all of them."""
-    from distrank.metrics.kd import SumsBuilder
+    from distrank.metrics.kd.sums import SumsBuilder
     from distrank.metrics.kernels import make_kernel
 
     rng = np.random.default_rng(5)

@@ -4,8 +4,9 @@ distrank.metrics.score run on each partition afresh."""
 import numpy as np
 import pytest
 
+from distrank.clients import common_refinement
 from distrank.metrics import kernel_sums, make_kernel, score
-from distrank.metrics.reaggregate import coarsen, common_refinement, score_partitions
+from distrank.metrics.reaggregate import score_partitions
 
 KEYS = ["model", "metric", "aggregation", "client"]
 
@@ -78,7 +79,7 @@ def test_coarsened_sums_equal_the_partitions_own(data):
     fine_sums = kernel_sums(x, fine, models.values(), kernel, dtype="float64")
     clients = partitions["scattered"]
     first = np.unique(fine, return_index=True)[1]
-    coarse = coarsen(fine_sums, clients[first])
+    coarse = fine_sums.coarsen(clients[first])
     direct = kernel_sums(x, clients, models.values(), kernel, dtype="float64")
     for field in ("client_sizes", "model_sizes", "xx", "xx_diag", "xy", "yy", "yy_diag"):
         np.testing.assert_allclose(
@@ -107,21 +108,19 @@ def test_bad_inputs(data):
     with pytest.raises(ValueError, match=r"^partitions: expected a non-empty mapping"):
         score_partitions(x, {}, models)
     with pytest.raises(ValueError, match=r"^fine_to_client: expected 1 entries"):
-        coarsen(
-            kernel_sums(
-                x, np.zeros(len(x), int), models.values(), make_kernel("poly", None, x.shape[1])
-            ),
-            np.array([0, 1]),
-        )
+        kernel_sums(
+            x, np.zeros(len(x), int), models.values(), make_kernel("poly", None, x.shape[1])
+        ).coarsen(np.array([0, 1]))
 
 
 def test_small_blocks_give_the_same_scores(monkeypatch):
     """Blocks smaller than the pool and the models (PRDC distance blocks of 256 rows,
     FD sums over 50 rows, KD kernel and one-hot blocks of 64 rows): the values of
     scoring each partition afresh."""
-    from distrank.metrics import fd, prdc
+    from distrank import _arrays
+    from distrank.metrics.fd import frechet as fd
 
-    monkeypatch.setattr(prdc, "_BLOCK_ELEMENTS", 2**17)  # 256 rows a block
+    monkeypatch.setattr(_arrays, "BLOCK_ELEMENTS", 2**17)  # 256 rows a block
     monkeypatch.setattr(fd, "_FD_BLOCK", 50)
     rng = np.random.default_rng(1)
     n, d = 560, 6

@@ -229,13 +229,14 @@ def test_a_small_client_is_the_subject_of_its_error():
 def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
     """One model's covariance at a time (the smallest chunk) and all at once agree
     bit for bit: memory, not the arithmetic, changes."""
-    from distrank.metrics import families, scoring
+    from distrank.metrics import scoring
+    from distrank.metrics.fd import family as fd_family
 
     rng = np.random.default_rng(4)
     x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], 30)
     models = {f"m{i}": rng.standard_normal((40, 5)) + i for i in range(3)}
     whole = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
-    monkeypatch.setattr(families.fd, "FD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(fd_family, "FD_CHUNK_BYTES", 1)
     chunked = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
     assert chunked["value"].tolist() == whole["value"].tolist()
 
@@ -247,7 +248,7 @@ def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
 def test_kd_from_prdcs_products_is_kd_from_its_own(federation, monkeypatch, dtype, kernel, params):
     """With PRDC in the call, KD's sums come from PRDC's products (kernel_sums is not
     called), and every value is bit for bit that of scoring the families apart."""
-    from distrank.metrics import kd
+    from distrank.metrics.kd import sums as kd
 
     x, clients, models = federation
     opts = {"kernel": kernel, "kernel_params": params, "dtype": dtype, "block_size": 64}

@@ -13,7 +13,8 @@ import pytest
 from scipy import stats
 from scipy.spatial.distance import cdist
 
-from distrank.metrics import privacy, sketch
+from distrank.metrics import privacy
+from distrank.metrics.sketch import maps as sketch
 
 H = 3.0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
 import re
 import socket
 import threading
@@ -21,7 +22,8 @@ import distrank.experiments as experiments
 from distrank import config as config_module
 from distrank.cli import EXIT_INPUT, main
 from distrank.config import check, check_file
-from distrank.data.download import DownloadError, fetch
+from distrank.data.download import fetch
+from distrank.data.transfer import DownloadError
 from distrank.features.cache import load_features
 from distrank.metrics.score_files import score_client_file
 
@@ -252,6 +254,16 @@ def _no_cgan(c):
 
 
 CASES = {
+    "unregistered metric": (
+        None,
+        lambda c: c["metrics"].update(metrics=["kd", "kid"]),
+        "metrics.metrics: 'kid' is not a registered metric",
+    ),
+    "unknown plugin": (
+        None,
+        lambda c: c.update(plugins=["no_such_plugin_module"]),
+        "plugins: cannot import 'no_such_plugin_module'",
+    ),
     "unknown experiment": (
         None,
         lambda c: c["experiments"].update(E99={}),
@@ -441,7 +453,11 @@ def check_raise_sites() -> set[tuple[str, int]]:
         Path(config_module.__file__): None,
         Path(experiments.__file__): {"get", "check_partition", "check_model"},
     }
-    files |= {Path(e.module.__file__): {"check"} for e in experiments.EXPERIMENTS.values()}
+    files |= {  # where check is defined: a package experiment's __init__ imports it
+        Path(inspect.getsourcefile(e.module.check)): {"check"}
+        for e in experiments.EXPERIMENTS.values()
+        if hasattr(e.module, "check")
+    }
     for path, names in files.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef) and (names is None or node.name in names):

@@ -1,10 +1,10 @@
-"""The differentiable KD (metrics.kd.KDObjective) and the FedSGD gradient identity."""
+"""The differentiable KD (metrics.kd.sums.KDObjective) and the FedSGD gradient identity."""
 
 import numpy as np
 import pytest
 import torch
 
-from distrank.metrics.kd import KDObjective, kernel_sums
+from distrank.metrics.kd.sums import KDObjective, kernel_sums
 from distrank.metrics.kernels import make_kernel
 from distrank.training.mmd import feature_gradient
 
@@ -53,7 +53,7 @@ def dense_kd(x, y, name, params, estimator):
 def test_values_are_the_scorers_kernel_sums(name, params, estimator):
     x, index, y = data()
     kernel = make_kernel(name, params, x.shape[1])
-    objective = KDObjective(x, index, kernel, estimator=estimator, block_size=8)
+    objective = KDObjective(x, index, kernel, estimator=estimator, dtype="float64", block_size=8)
     per_client, pooled = objective(torch.from_numpy(y))
     want_client, want_all = kernel_sums(x, index, [y], kernel, dtype="float64", block_size=8).kd(
         estimator
@@ -69,7 +69,7 @@ def test_values_are_the_scorers_kernel_sums(name, params, estimator):
 def test_gradient_equals_autograd_of_dense_gram_matrices(name, params, estimator):
     x, index, y = data(seed=1)
     kernel = make_kernel(name, params, x.shape[1])
-    objective = KDObjective(x, index, kernel, estimator=estimator, block_size=8)
+    objective = KDObjective(x, index, kernel, estimator=estimator, dtype="float64", block_size=8)
     y_t = torch.from_numpy(y).requires_grad_(True)
     (got,) = torch.autograd.grad(objective(y_t)[1], y_t)
     y_d = torch.from_numpy(y).requires_grad_(True)
@@ -87,9 +87,10 @@ def test_fedsgd_averaged_gradient_is_the_central_gradient(name, params):
     kernel = make_kernel(name, params, x.shape[1])
     sizes = np.bincount(index)
     clients = [
-        KDObjective(x[index == i], np.zeros(n, np.int64), kernel) for i, n in enumerate(sizes)
+        KDObjective(x[index == i], np.zeros(n, np.int64), kernel, dtype="float64")
+        for i, n in enumerate(sizes)
     ]
-    pooled = KDObjective(x, np.zeros(len(x), np.int64), kernel)
+    pooled = KDObjective(x, np.zeros(len(x), np.int64), kernel, dtype="float64")
     y_t = torch.from_numpy(y)
     fedsgd = feature_gradient(y_t, clients, sizes / sizes.sum())
     central = feature_gradient(y_t, [pooled], [1.0])
@@ -119,9 +120,9 @@ def test_fedsgd_parameter_gradient_through_a_generator_is_the_central_one(toy, t
     def grad(objective):
         return torch.autograd.grad(objective(embed(gen(z, c)))[1], params)
 
-    central = grad(KDObjective(x, np.zeros(len(x), np.int64), kernel))
+    central = grad(KDObjective(x, np.zeros(len(x), np.int64), kernel, dtype="float64"))
     per_client = [
-        grad(KDObjective(x[toy_clients == i], np.zeros(n, np.int64), kernel))
+        grad(KDObjective(x[toy_clients == i], np.zeros(n, np.int64), kernel, dtype="float64"))
         for i, n in enumerate(sizes)
     ]
     lam = sizes / sizes.sum()
@@ -137,7 +138,7 @@ def test_boundary_checks():
         KDObjective(x, index[:-1], kernel)
     with pytest.raises(ValueError, match=r"^estimator: expected 'unbiased' or 'biased'"):
         KDObjective(x, index, kernel, estimator="subsets")
-    objective = KDObjective(x, index, kernel)
+    objective = KDObjective(x, index, kernel, dtype="float64")
     with pytest.raises(ValueError, match="y: expected a torch tensor"):
         objective(y)
     with pytest.raises(ValueError, match="y has 1 rows"):

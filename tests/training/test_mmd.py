@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from distrank.metrics.kd import KDObjective
+from distrank.metrics.kd.sums import KDObjective
 from distrank.metrics.kernels import make_kernel
 from distrank.training.mmd import Lite0Embedding, finetune_mmd, latent_batches
 from distrank.zoo import sample
@@ -68,7 +68,7 @@ def test_fedsgd_and_central_agree_step_for_step_and_fedavg_does_not(setup, tmp_p
 
 def test_fine_tuning_lowers_the_pooled_kd(setup, tmp_path):
     state, embedding, reference, _, kernel = setup
-    pooled = KDObjective(reference, np.zeros(len(reference), np.int64), kernel)
+    pooled = KDObjective(reference, np.zeros(len(reference), np.int64), kernel, dtype="float64")
     none = run(setup, "none", tmp_path)
     assert [p for p, _ in none] == [0]
 

@@ -13,7 +13,7 @@ from distrank.config import check, check_file
 for _file in workflow.configfiles:  # a key given twice: YAML would keep the last silently
     check_file(_file)
 validate(config, "../schemas/config.schema.yaml")  # also fills the schema's defaults
-for _warning in check(config):
+for _warning in check(config):  # plugins: loaded here (and by every scoring job)
     logger.warning(_warning)
 
 STUDY = config["study"]

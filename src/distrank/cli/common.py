@@ -120,7 +120,7 @@ def cpu_threads(n: int | None):
     """At most ``n`` CPU threads for torch and every loaded BLAS/OpenMP library, restored
     on exit (``None``: unchanged). BLAS threads on a core another process holds slow
     every product, so a job should use the cores it holds (FD runs ``n`` one-thread
-    eigenproblems at once: ``metrics.fd.one_thread_each``)."""
+    eigenproblems at once: ``metrics.fd.frechet.one_thread_each``)."""
     if n is None:
         yield
         return

@@ -1,5 +1,5 @@
 """``distrank sketch`` at each site, ``distrank rank`` at the server: one private sketch
-per site ranks every model (:mod:`distrank.metrics.sketch`).
+per site ranks every model (:mod:`distrank.metrics.sketch.maps`).
 
     distrank sketch --reference site_images/ --out site.sketch.npz --dim 4096 --seed S \\
         --bandwidth B [--epsilon E --delta D]
@@ -72,8 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import numpy as np
 
-    from distrank.metrics import sketch
     from distrank.metrics.privacy import release_sketch
+    from distrank.metrics.sketch import maps as sketch
 
     if (args.epsilon is None) != (args.delta is None):
         raise InputError("--epsilon and --delta go together")
@@ -114,9 +114,9 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_rank(args) -> int:
-    from distrank.metrics import sketch
     from distrank.metrics import table as score_table
     from distrank.metrics.scoring import score_sketches
+    from distrank.metrics.sketch import maps as sketch
     from distrank.report.summary import summary
 
     sites = {_site_name(path): sketch.load(path) for path in args.sketch}

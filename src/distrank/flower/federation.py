@@ -8,7 +8,8 @@ Run config (``[tool.flwr.app.config]`` of the app, overridden by ``flwr run
     sites         "site-a,site-b,...": the site ids expected to reply, required
     out           the CSV to write, required
     report        the consistency report page to write ("" for none)
-    metrics       comma-separated subset of kd,fd,precision,recall,density,coverage
+    metrics       comma-separated registered metrics (kd,fd,precision,recall,density,
+                  coverage by default; kd_sketch for sketch mode)
     kernel, kernel-params ("bandwidth=2.5,degree=3"; rbf/laplace need a bandwidth),
     kd-estimator, n-subsets, subset-size, seed, pr-k, dc-k, dtype: as in ``distrank score``
     weights       size or uniform

@@ -6,12 +6,14 @@ client-app process, so every model goes in the same request:
     request  "models"   ArrayRecord   model name -> (m, d) generated features
              "options"  ConfigRecord  the scorer options of ``metrics.score_client``
                                       (``kernel_params`` as JSON text) and
-                                      ``want_stats`` (FD is requested)
+                                      ``want_stats`` (a requested metric has a
+                                      ``Metric.pooled``: FD)
     reply    "site"     ConfigRecord  site-id, n (reference rows), models, metrics,
                                       error ("" on success)
              "scores"   ArrayRecord   values: (models, metrics) float64
-             "stats"    ArrayRecord   mean (d,), cov (d, d): only when the site's node
-                                      config allows sharing its Gaussian statistics
+             "stats"    ArrayRecord   "<metric>.<name>": each such metric's statistics
+                                      (FD: fd.mean (d,), fd.cov (d, d)), only when the
+                                      site's node config allows sharing them
     sketch mode (``metrics = "kd_sketch"``): no model goes down; the reply holds
              "sketch"   ArrayRecord   mean (D,): the site's mean sketch (with its own
                                       noise when its node config asks), metadata in
@@ -30,9 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from distrank.metrics.registry import METRICS
+
 if TYPE_CHECKING:  # torch: not for the ClientApp processes that only pass messages
-    from distrank.metrics.fd import GaussianStats
-    from distrank.metrics.sketch import Sketch
+    from distrank.metrics.sketch.maps import Sketch
 
 #: the keyword arguments of ``metrics.score_client`` that a request carries
 OPTION_KEYS = (
@@ -52,12 +55,13 @@ OPTION_KEYS = (
 @dataclass(frozen=True, eq=False)
 class SiteReply:
     """A site's answer: its id, row count, scores ``{model: {metric: value}}`` and,
-    if it shares them, its Gaussian statistics; or an error text."""
+    if it shares them, its statistics ``{metric: {name: array}}`` (``Metric.pooled``);
+    or an error text."""
 
     site: int | str
     n: int
     scores: dict[str, dict[str, float]]
-    stats: GaussianStats | None = None
+    stats: dict[str, dict[str, np.ndarray]] | None = None
     error: str = ""
     sketch: Sketch | None = None  # sketch mode: the site's mean sketch, instead of scores
 
@@ -68,7 +72,7 @@ def encode_request(models: Mapping[str, np.ndarray], options: Mapping) -> Record
         raise ValueError(f"options: expected the keys {sorted(OPTION_KEYS)}, got {sorted(options)}")
     config = {k: v for k, v in options.items() if k != "kernel_params"}
     config["kernel_params"] = json.dumps(dict(options["kernel_params"]))
-    config["want_stats"] = "fd" in options["metrics"]
+    config["want_stats"] = any(METRICS[m].pooled is not None for m in options["metrics"])
     arrays = {str(name): Array(np.ascontiguousarray(y)) for name, y in models.items()}
     return RecordDict({"models": ArrayRecord(arrays), "options": ConfigRecord(config)})
 
@@ -90,9 +94,10 @@ def encode_reply(
     site: int | str,
     n: int,
     scores: Mapping[str, Mapping[str, float]],
-    stats: GaussianStats | None = None,
+    stats: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> RecordDict:
-    """A site's reply: its scores of every model (and its statistics, if shared)."""
+    """A site's reply: its scores of every model (and its statistics, if shared:
+    metric -> name -> array)."""
     models = list(scores)
     metrics = list(next(iter(scores.values()))) if models else []
     if any(list(by_metric) != metrics for by_metric in scores.values()):
@@ -109,8 +114,9 @@ def encode_reply(
     if stats is not None:
         content["stats"] = ArrayRecord(
             {
-                "mean": Array(np.asarray(stats.mean, np.float64)),
-                "cov": Array(np.asarray(stats.cov, np.float64)),
+                f"{metric}.{name}": Array(np.asarray(array, np.float64))
+                for metric, arrays in stats.items()
+                for name, array in arrays.items()
             }
         )
     return content
@@ -148,7 +154,7 @@ def decode_reply(content: RecordDict) -> SiteReply:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"reply of site {site_id!r}: n must be a positive int, got {n!r}")
     if "sketch" in content.array_records:
-        from distrank.metrics.sketch import Sketch
+        from distrank.metrics.sketch.maps import Sketch
 
         meta = json.loads(str(site.get("sketch-meta", "{}")))
         return SiteReply(site_id, n, {}, sketch=Sketch(content["sketch"]["mean"].numpy(), n, meta))
@@ -162,13 +168,22 @@ def decode_reply(content: RecordDict) -> SiteReply:
     scores = {m: {k: float(v) for k, v in zip(metrics, row)} for m, row in zip(models, values)}
     stats = None
     if "stats" in content.array_records:
-        from distrank.metrics.fd import GaussianStats
-
-        record = content.array_records["stats"]
-        mean, cov = record["mean"].numpy(), record["cov"].numpy()
-        if mean.ndim != 1 or cov.shape != (mean.shape[0], mean.shape[0]):
-            raise ValueError(
-                f"reply of site {site_id!r}: statistics of shapes {mean.shape} and {cov.shape}"
-            )
-        stats = GaussianStats(n, mean, cov)
+        stats = _decode_stats(content.array_records["stats"], metrics, n, site_id)
     return SiteReply(site_id, n, scores, stats)
+
+
+def _decode_stats(record: ArrayRecord, metrics, n: int, site_id) -> dict:
+    """metric -> name -> array of a reply's "stats", each checked by its ``Metric.pooled``."""
+    stats: dict = {}
+    for key, array in record.items():
+        metric, _, name = key.partition(".")
+        stats.setdefault(metric, {})[name] = array.numpy()
+    for metric, arrays in stats.items():
+        pooled = METRICS[metric].pooled if metric in METRICS else None
+        if pooled is None or metric not in metrics:
+            raise ValueError(f"reply of site {site_id!r}: statistics of metric {metric!r}")
+        try:
+            pooled.check(arrays, n)
+        except ValueError as err:
+            raise ValueError(f"reply of site {site_id!r}: {metric} {err}") from None
+    return stats

@@ -10,7 +10,7 @@ replies (sorted by the site id each reports) writes the tidy table of
             or 1 / k (``"uniform"``), the package's client weights
     all     FD only, and only when every site shared its Gaussian statistics:
             FD(pool(N(mean_i, C_i)), N(mean_Y, C_Y)) with the exact pooled moments of
-            ``metrics.fd.pool_stats``, equal to FD_all on the pooled reference
+            ``metrics.fd.frechet.pool_stats``, equal to FD_all on the pooled reference
 
 (Wang et al., "Consistent Distributed Ranking of Generative Models via Kernel
 Distances", arXiv 2310.11714.) A site that does not reply in time, replies with
@@ -47,9 +47,10 @@ def federated_table(
 ) -> pd.DataFrame:
     """The tidy table from the sites' replies, sorted by site id as ``score`` sorts clients.
 
-    ``avg`` rows use the package's client weights (``ClientGroups.weights``); FD
-    ``all`` rows come only when every reply holds statistics and ``models`` (the
-    generated features, name -> (m, d)) is given. ``kd_std`` has no ``avg``.
+    ``avg`` rows use the package's client weights (``ClientGroups.weights``); the
+    ``all`` rows of a metric with ``Metric.pooled`` (FD) come only when every reply holds
+    its statistics and ``models`` (the generated features, name -> (m, d)) is given. A
+    spread (``kd_std``) has no ``avg``.
     """
     from distrank.clients import client_groups
     from distrank.metrics.table import from_values
@@ -65,11 +66,11 @@ def federated_table(
     ordered = [by_name[name] for name in groups.names]
     first = _same_scores(ordered)
     metrics = list(next(iter(first.values())))
-    pooled_fd = _pooled_fd(ordered, models, device) if "fd" in metrics else {}
+    pooled = _pooled(ordered, metrics, models, device)
     values = {
         model: {
             metric: (
-                pooled_fd.get(model) if metric == "fd" else None,
+                pooled.get(metric, {}).get(model),
                 [r.scores[model][metric] for r in ordered],
             )
             for metric in metrics
@@ -91,18 +92,25 @@ def _same_scores(ordered: Sequence[SiteReply]) -> dict:
     return first
 
 
-def _pooled_fd(ordered: Sequence[SiteReply], models: Mapping | None, device) -> dict:
-    """FD_all of every model from the pooled statistics, when every site shared them."""
-    from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
+def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, device) -> dict:
+    """Metric -> model -> ``all``, of each metric whose ``all`` comes from the sites'
+    statistics (``Metric.pooled``), when every site shared them."""
+    from distrank.metrics.registry import METRICS
 
-    if models is None or any(r.stats is None for r in ordered):
-        if without := [r.site for r in ordered if r.stats is None]:
-            log(WARNING, "distrank: no FD_all: site(s) %s did not share statistics", without)
-        return {}
-    names = list(ordered[0].scores)
-    model_stats = [gaussian_stats(models[name], device=device) for name in names]
-    fd = frechet_distances([pool_stats([r.stats for r in ordered])], model_stats, device=device)
-    return dict(zip(names, fd[0].tolist()))
+    out = {}
+    for metric in metrics:
+        pooled = METRICS[metric].pooled if metric in METRICS else None  # kd_std: a spread
+        if pooled is None or models is None:
+            continue
+        if without := [r.site for r in ordered if metric not in (r.stats or {})]:
+            log(
+                WARNING, "distrank: no %s_all: site(s) %s did not share statistics", metric, without
+            )
+            continue
+        names = list(ordered[0].scores)
+        sites = [(r.n, r.stats[metric]) for r in ordered]
+        out[metric] = pooled.finish(sites, {g: models[g] for g in names}, device=device)
+    return out
 
 
 @app.main()
@@ -160,8 +168,8 @@ def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder) -> pd.Da
     """Sketch mode: each site's sketch saved to ``folder/<site>.sketch.npz`` (``distrank
     rank --sketch`` scores later models from them, without the sites) and the table of
     ``models`` from them (``metrics.scoring.score_sketches``)."""
-    from distrank.metrics import sketch
     from distrank.metrics.scoring import score_sketches
+    from distrank.metrics.sketch import maps as sketch
 
     sites = {str(r.site): r.sketch for r in sorted(replies, key=lambda r: str(r.site))}
     folder.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,9 @@
 A site never sends features. It answers the server's one request with, per model,
 its client scores D(X_i, Y) from :func:`distrank.metrics.score_client` (equal to
 the ``client`` rows of ``distrank score`` for this site), its row count n_i and
-its site id; and, only when its node config says ``share-stats=true`` and FD is
-requested, its Gaussian statistics (n_i, mean_i, C_i) of ``metrics.fd.gaussian_stats``,
-from which the server pools FD_all exactly. The mean and covariance reveal more
+its site id; and, only when its node config says ``share-stats=true``, the
+statistics of each requested metric that has them (``Metric.pooled``: FD's Gaussian
+statistics (n_i, mean_i, C_i), from which the server pools FD_all exactly). The mean and covariance reveal more
 about the site's data than scores do: sharing them is the site's decision. In
 secure mode (:mod:`distrank.flower.secure`) the site prepares its vector on the
 request and sends it, masked, in a SecAgg+ round; with ``secure-only=true`` (the
@@ -51,7 +51,7 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0) -> RecordDic
     error that prevented them (a bad request, an unreadable file, too few rows)."""
     from distrank.features.cache import load_features
     from distrank.metrics import score_client
-    from distrank.metrics.fd import gaussian_stats
+    from distrank.metrics.registry import METRICS
 
     if site.secure_only:
         return encode_error(site.site, SECURE_ONLY)
@@ -61,7 +61,10 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0) -> RecordDic
         if list(options["metrics"]) == ["kd_sketch"] and not models:  # sketch mode
             return encode_sketch_reply(site.site, site_sketch(site, x, options, run))
         scores = score_client(x, models, options, device=site.device)
-        stats = gaussian_stats(x, device=site.device) if want_stats and site.share_stats else None
+        stats = None
+        if want_stats and site.share_stats:
+            pooled = {m: METRICS[m].pooled for m in options["metrics"]}
+            stats = {m: p.site(x, site.device) for m, p in pooled.items() if p is not None}
     except (ValueError, OSError) as err:
         return encode_error(site.site, f"{type(err).__name__}: {err}")
     return encode_reply(site.site, len(x), scores, stats)
@@ -72,9 +75,9 @@ def site_sketch(site: SiteConfig, x, options, run: int = 0):
     released with the noise its own node config asks for (and recorded in its ledger)."""
     import numpy as np
 
-    from distrank.metrics.families.sketch import feature_map
     from distrank.metrics.options import score_options
     from distrank.metrics.privacy import release_sketch
+    from distrank.metrics.sketch.family import feature_map
 
     o = score_options(options)
     if o.kernel != "rbf" or "bandwidth" not in (o.kernel_params or {}):

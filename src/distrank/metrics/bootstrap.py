@@ -18,7 +18,7 @@ of the resample are quadratic and bilinear forms of the full-sample kernel block
 
 and likewise :math:`S^*_{YY}`. Every kernel block is formed once and contracted with
 all B count vectors at once (one GEMM), and the resample's
-:class:`~distrank.metrics.kd.KernelSums` gives its KD for every client and the pool
+:class:`~distrank.metrics.kd.sums.KernelSums` gives its KD for every client and the pool
 through ``KernelSums.kd``. FD and PRDC have no such form: their resamples are
 scored afresh by ``metrics.score``.
 
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
@@ -60,16 +60,13 @@ import torch
 
 from distrank._checks import positive_int
 from distrank.clients import ClientGroups
-from distrank.metrics import kd as kd_
-from distrank.metrics.kd_resample import resampled_kernel_sums, row_counts  # noqa: F401 (re-exported)
-from distrank.metrics.kernels import Kernel
+from distrank.metrics.family import Inputs
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.ranking import tau_b
-from distrank.metrics.registry import METRICS
-from distrank.metrics.scoring import prepare, score
-from distrank.metrics.table import COLUMNS, keyed
+from distrank.metrics.scoring import by_family, prepare, table_of
+from distrank.metrics.table import from_values, keyed
 
-#: Aggregations of a score cube, in order: pooled, client average, then each client.
+#: Aggregations of a score cube, in order (pooled, client average, then each client).
 POOLED, AVERAGE = 0, 1
 
 
@@ -124,7 +121,7 @@ def bootstrap_scores(
     confidence_level: float = 0.95,
     batch: int | None = None,
     device=None,
-    block_size: int = kd_.BLOCK_SIZE,
+    block_size: int | None = None,
     **changes,
 ) -> BootstrapScores:
     """Percentile intervals of ``summary`` of the score cube, over bootstrap resamples.
@@ -143,16 +140,19 @@ def bootstrap_scores(
     n_resamples = positive_int(n_resamples, "n_resamples")
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level: expected a number in (0, 1), got {confidence_level!r}")
-    if "kd" in opts.metrics:
-        kd_.check_full_sample(opts.kd_estimator, why=" (bootstrap KD re-weights the full samples)")
+    for family in by_family(opts.metrics):
+        family.check_resample(opts)
     from scipy import stats  # here: `distrank score` imports this module for its defaults
 
-    resampler = _Resampler.of(reference, clients, models, opts, device, block_size)
+    inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
+    groups, ys = inputs.groups, inputs.models
+    point = ScoreCube.from_table(table_of(inputs), opts.metrics, tuple(ys), tuple(groups.names))
+    data = [np.arange(n) for n in groups.sizes] + [np.arange(y.shape[0]) for y in ys.values()]
     with warnings.catch_warnings():  # NaN statistics are handled below
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         result = stats.bootstrap(
-            resampler.data(),
-            resampler.statistic(summary),
+            data,
+            _statistic(inputs, point, summary),
             n_resamples=n_resamples,
             batch=batch,
             vectorized=True,
@@ -161,91 +161,56 @@ def bootstrap_scores(
             method="percentile",
             rng=np.random.default_rng(opts.seed),
         )
-    return _intervals(resampler.point, result, confidence_level)
+    return _intervals(point, result, confidence_level)
 
 
-@dataclass(frozen=True)
-class _Resampler:
-    """The checked inputs of :func:`bootstrap_scores` (``scoring.prepare``), their point
-    scores and how a batch of resamples (drawn row indices per client and per model) is
-    scored: by each family's ``resample`` path (KD re-weights), else afresh."""
+def _statistic(inputs: Inputs, point: ScoreCube, summary: Callable) -> Callable:
+    """The vectorised statistic of ``scipy.stats.bootstrap`` (samples: the drawn row
+    indices of every client, then of every model): ``summary`` of the score cube of each
+    resample in a batch, by each family's ``resample`` path (KD re-weights), else
+    afresh."""
+    k, wanted = len(inputs.groups.sizes), inputs.options.metrics
 
-    x: torch.Tensor
-    groups: ClientGroups
-    labels: np.ndarray
-    ys: dict[str, torch.Tensor]
-    opts: ScoreOptions  # its bandwidth resolved, fixed for every resample
-    device: object
-    block_size: int
-    kernel: Kernel | None  # of KD; None without KD
-    point: ScoreCube
-
-    @classmethod
-    def of(cls, reference, clients, models, opts, device, block_size) -> _Resampler:
-        inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
-        x, groups, ys, opts = inputs.reference, inputs.groups, inputs.models, inputs.options
-        table = score(x, clients, ys, opts, device=device, block_size=block_size)
-        point = ScoreCube.from_table(table, opts.metrics, tuple(ys), tuple(groups.names))
-        labels = np.asarray(clients)
-        return cls(x, groups, labels, ys, opts, device, block_size, inputs.kernel, point)
-
-    @property
-    def rows(self) -> list[np.ndarray]:
-        return [self.groups.rows(c) for c in range(len(self.groups.sizes))]
-
-    def data(self) -> list[np.ndarray]:
-        """What ``scipy.stats.bootstrap`` resamples: the row indices of every client,
-        then of every model."""
-        return [np.arange(len(r)) for r in self.rows] + [
-            np.arange(y.shape[0]) for y in self.ys.values()
-        ]
-
-    def statistic(self, summary: Callable[[np.ndarray], np.ndarray]) -> Callable:
-        """The vectorised statistic of ``scipy.stats.bootstrap``: ``summary`` of the
-        score cube of each resample in a batch."""
-        rows, wanted = self.rows, self.opts.metrics
-        by_family: dict = {}
-        for key in wanted:
-            by_family.setdefault(METRICS[key].family, []).append(key)
-
-        def statistic(*samples, axis=-1):
-            client_draws, model_draws = samples[: len(rows)], samples[len(rows) :]
-            values = np.empty((client_draws[0].shape[0],) + self.point.values.shape)
-            afresh = []
-            for family, keys in by_family.items():
-                got = family.resample(self, keys, client_draws, model_draws)
-                if got is None:
-                    afresh += keys
-                else:
-                    values[:, [wanted.index(m) for m in keys]] = got
-            if afresh:
-                values[:, [wanted.index(m) for m in afresh]] = self._rescored(
-                    rows, client_draws, model_draws, afresh
-                )
-            return summary(values)
-
-        return statistic
-
-    def _rescored(self, rows, client_draws, model_draws, metrics) -> np.ndarray:
-        """(batch, len(metrics), M, 2 + k): ``metrics`` of each resample, scored afresh."""
-        opts = self.opts.replace(metrics=tuple(metrics))
-        out = []
-        for b in range(client_draws[0].shape[0]):
-            picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
-            resampled = {
-                g: y[torch.from_numpy(d[b])] for (g, y), d in zip(self.ys.items(), model_draws)
-            }
-            table = score(
-                self.x[torch.from_numpy(picked)],
-                self.labels[picked],
-                resampled,
-                opts,
-                device=self.device,
-                block_size=self.block_size,
+    def statistic(*samples, axis=-1):
+        client_draws, model_draws = samples[:k], samples[k:]
+        values = np.empty((client_draws[0].shape[0],) + point.values.shape)
+        afresh = []
+        for family, keys in by_family(wanted).items():
+            got = family.resample(inputs, keys, client_draws, model_draws)
+            if got is None:
+                afresh += keys
+            else:
+                values[:, [wanted.index(m) for m in keys]] = got
+        if afresh:
+            values[:, [wanted.index(m) for m in afresh]] = _rescored(
+                inputs, point, client_draws, model_draws, afresh
             )
-            cube = ScoreCube.from_table(table, metrics, self.point.models, self.point.clients)
-            out.append(cube.values)
-        return np.stack(out)
+        return summary(values)
+
+    return statistic
+
+
+def _rescored(inputs: Inputs, point: ScoreCube, client_draws, model_draws, metrics) -> np.ndarray:
+    """(batch, len(metrics), M, 2 + k): ``metrics`` of each resample, scored afresh."""
+    groups = inputs.groups
+    rows = [groups.rows(c) for c in range(len(groups.sizes))]
+    options = inputs.options.replace(metrics=tuple(metrics))
+    out = []
+    for b in range(client_draws[0].shape[0]):
+        picked = np.concatenate([r[d[b]] for r, d in zip(rows, client_draws)])
+        resample = replace(
+            inputs,
+            reference=inputs.reference[torch.from_numpy(picked)],
+            partitions={"": ClientGroups(groups.names, groups.index[picked], groups.sizes)},
+            models={
+                g: y[torch.from_numpy(d[b])]
+                for (g, y), d in zip(inputs.models.items(), model_draws)
+            },
+            options=options,
+        )
+        cube = ScoreCube.from_table(table_of(resample), metrics, point.models, point.clients)
+        out.append(cube.values)
+    return np.stack(out)
 
 
 def _intervals(point: ScoreCube, result, confidence_level: float) -> BootstrapScores:
@@ -274,7 +239,7 @@ def model_pairs(n_models: int) -> list[tuple[int, int]]:
 
 def pairwise_summary(values: np.ndarray) -> np.ndarray:
     """Per metric: score(g) - score(h) for every pair g < h, first of ``all`` then of
-    ``avg``, then Kendall tau-b(avg, all) over the models (``scipy.stats.kendalltau``).
+    ``avg``, then Kendall tau-b(avg, all) over the models (``ranking.tau_b``: scipy.stats.kendalltau's value, batched).
 
     Statistics are ordered by metric, then [all pairs, avg pairs, tau]
     (``2 P + 1`` each, P = M (M - 1) / 2, pairs in :func:`model_pairs` order).
@@ -296,26 +261,22 @@ def pairwise_summary(values: np.ndarray) -> np.ndarray:
 def score_intervals(result: BootstrapScores) -> pd.DataFrame:
     """The point scores as a tidy table with ``low`` and ``high`` columns, from a
     :func:`bootstrap_scores` run with :func:`flat_summary`."""
-    cube = result.point
-    aggs = [("all", ""), ("avg", "")] + [("client", c) for c in cube.clients]
-    rows = []
-    for i, (metric, model, a) in enumerate(
-        (m, g, a) for m in cube.metrics for g in cube.models for a in range(len(aggs))
-    ):
-        aggregation, client = aggs[a]
-        j = (cube.metrics.index(metric), cube.models.index(model), a)
-        rows.append(
-            (
-                model,
-                metric,
-                aggregation,
-                client,
-                float(cube.values[j]),
-                float(result.low[i]),
-                float(result.high[i]),
-            )
-        )
-    table = pd.DataFrame(rows, columns=[*COLUMNS, "low", "high"])
+    cube, k = result.point, len(result.point.clients)
+    values = {
+        model: {
+            metric: (v[POOLED], v[2:], v[AVERAGE])
+            for metric, v in zip(cube.metrics, cube.values[:, g])
+        }
+        for g, model in enumerate(cube.models)
+    }
+    table = from_values(values, cube.clients)
+    aggregation = {"all": POOLED, "avg": AVERAGE} | {c: 2 + i for i, c in enumerate(cube.clients)}
+    flat = [  # each row's statistic in flat_summary's (metric, model, aggregation) order
+        (cube.metrics.index(r.metric) * len(cube.models) + cube.models.index(r.model)) * (2 + k)
+        + aggregation[r.client or r.aggregation]
+        for r in table.itertuples()
+    ]
+    table = table.assign(low=result.low[flat].astype(float), high=result.high[flat].astype(float))
     return table.sort_values(["model", "metric"], kind="mergesort").reset_index(drop=True)
 
 

@@ -10,7 +10,7 @@ Torch-free: a family imports what it computes with inside its methods.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: model -> output key (a metric, or a spread such as ``kd_std``) -> (pooled, (k,) per client)
@@ -19,37 +19,37 @@ Values = dict[str, dict[str, tuple[float, Any]]]
 
 @dataclass(frozen=True)
 class Inputs:
-    """The checked inputs of one scoring call (``metrics.scoring.prepare``): the
-    reference rows (a torch tensor), its client groups, the models' rows, the options
-    (with an rbf/laplace bandwidth resolved), the kernel of KD (None without KD), the
-    torch device and the rows of one product block."""
+    """The checked inputs of every scoring call (``metrics.scoring.prepare``): the
+    reference rows (a torch tensor), its client groups under one or more partitions
+    (name -> ``distrank.clients.ClientGroups``; ``metrics.score`` has one, named ""),
+    the models' rows, the options (with an rbf/laplace bandwidth resolved), the kernel
+    of KD (None without KD), the torch device and the rows of one product block.
+    ``metrics.score``, ``metrics.score_partitions`` and ``metrics.bootstrap`` all hand
+    their families one of these."""
 
     reference: Any
-    groups: Any  # distrank.clients.ClientGroups
+    partitions: Mapping[str, Any]
     models: dict[str, Any]
     options: Any  # ScoreOptions
     kernel: Any
     device: Any
     block_size: int
 
+    @property
+    def groups(self):
+        """The client groups of the one partition (a plain scoring call's)."""
+        if len(self.partitions) != 1:
+            raise ValueError(f"inputs: {len(self.partitions)} partitions, expected one")
+        return next(iter(self.partitions.values()))
+
+    def partition(self, name: str) -> Inputs:
+        """These inputs under partition ``name`` alone."""
+        return replace(self, partitions={"": self.partitions[name]})
+
     def client_rows(self, c: int):
         import torch
 
         return self.reference[torch.from_numpy(self.groups.rows(c))]
-
-
-@dataclass(frozen=True)
-class Partitioned:
-    """The inputs of ``metrics.score_partitions``: one reference, many partitions of it
-    (name -> ClientGroups), as :class:`Inputs` has them otherwise."""
-
-    reference: Any
-    partitions: Mapping[str, Any]
-    models: dict[str, Any]
-    options: Any
-    kernel: Any
-    device: Any
-    block_size: int
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Run:
 
     Two families may share products (KD's sums from PRDC's distance blocks): a run
     with ``feeds_products`` forms every product block a kernel sum needs and hands
-    them to a ``kd.SumsBuilder`` passed as ``products``; a run with ``kernel`` and
+    them to a ``kd.sums.SumsBuilder`` passed as ``products``; a run with ``kernel`` and
     ``from_sums`` can take its values from such a builder's ``KernelSums`` instead
     of its own pass (``metrics.scoring`` wires them)."""
 
@@ -78,15 +78,38 @@ class Family:
         """The values of ``keys`` for every model, pooled and per client."""
         raise NotImplementedError
 
-    def partitions(self, inputs: Partitioned, keys: Sequence[str]) -> dict[str, Values] | None:
-        """Partition name -> values, sharing the work no partition changes; None:
-        score each partition afresh."""
+    def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values] | None:
+        """Partition name -> values of every partition of ``inputs``, sharing the work no
+        partition changes; None: score each partition afresh."""
         return None
 
-    def resample(self, resampler, keys: Sequence[str], client_draws, model_draws):
+    def check_resample(self, options) -> None:
+        """A ValueError naming the option when the bootstrap cannot resample these metrics
+        under ``options`` (a ``ScoreOptions``); by default it always can."""
+
+    def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
         """(batch, len(keys), M, 2 + k) values of a batch of bootstrap resamples
-        (``metrics.bootstrap``); None: score each resample afresh."""
+        (``metrics.bootstrap``: ``client_draws[c]`` the drawn rows of client c, (batch,
+        n_c), ``model_draws[g]`` of model g); None: score each resample afresh."""
         return None
+
+
+class Pooled:
+    """How a metric's ``all`` comes from statistics the sites share in plain Flower
+    (``distrank.flower``; a site shares them only where its node config says
+    ``share-stats``): :meth:`site` gives a site's statistics (name -> numpy array) of its
+    rows, :meth:`check` refuses malformed ones (a ValueError), :meth:`finish` gives each
+    model's ``all`` from every site's (n_i, statistics)."""
+
+    def site(self, x, device=None) -> dict:
+        raise NotImplementedError
+
+    def check(self, stats: Mapping, n: int) -> None:
+        """A ValueError unless ``stats`` are statistics this metric's :meth:`site` gives."""
+
+    def finish(self, sites: Sequence, models: Mapping, device=None) -> dict[str, float]:
+        """Model name -> ``all``, from ``sites``: (n_i, statistics) of every site."""
+        raise NotImplementedError
 
 
 class SecureSum:

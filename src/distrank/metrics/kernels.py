@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from distrank._arrays import as_features, positive_int
+from distrank._arrays import as_features
+from distrank._checks import positive_int
 from distrank.metrics.metric import BANDWIDTH_KERNELS, KERNELS
 
 _PARAMETERS = {
@@ -138,7 +139,8 @@ class Kernel:
 
     @property
     def translation_invariant(self) -> bool:
-        """k(x + c, y + c) = k(x, y): features may be centred first (less cancellation)."""
+        """Whether k(x + c, y + c) = k(x, y), so features may be centred first (less
+        cancellation)."""
         return self.name in BANDWIDTH_KERNELS
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """What a metric is (:class:`Metric`) and the vocabulary of the options it depends on.
 
 Torch-free (it imports only ``distrank._checks``): the math modules, the options, the
-families that compute the metrics and the registry all build on it. :data:`METRICS`
-holds every registered metric (``metrics.registry`` fills it with the package's own).
+families that compute the metrics and the registry all build on it; the registered
+metrics are ``metrics.registry.METRICS``.
 """
 
 from __future__ import annotations
@@ -13,19 +13,16 @@ from typing import Any
 
 from distrank._checks import TooFewRows
 
-#: KD's estimators: on the full samples (the U- and V-statistics), or KID-style subsets.
+#: KD's estimators, on the full samples (the U- and V-statistics) or KID-style subsets.
 FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
 ESTIMATORS = (*FULL_SAMPLE_ESTIMATORS, "subsets")
-#: KD's kernels, and those with a bandwidth: translation-invariant, bounded in [0, 1],
-#: k(x, x) = 1 (``metrics.kernels`` computes them).
+#: KD's kernels, and those with a bandwidth (translation-invariant, bounded in [0, 1],
+#: k(x, x) = 1); ``metrics.kernels`` computes them.
 KERNELS = ("poly", "rbf", "laplace", "linear")
 BANDWIDTH_KERNELS = ("rbf", "laplace")
-#: Row keys beside the metrics that are spreads, not scores: no ``avg`` row (a std of
-#: the average is not the average of stds), nothing ranked by them. KD subsets' std.
-SPREADS = ("kd_std",)
 
-#: What may stand in for what: ``avg`` ranks like ``all`` (a model-free offset), equals
-#: it, or nothing is guaranteed.
+#: What may stand in for what (``avg`` ranks like ``all`` by a model-free offset, equals
+#: it, or nothing is guaranteed).
 SAFE, EXACT, NOT_GUARANTEED = "safe", "exact", "not guaranteed"
 
 
@@ -47,8 +44,16 @@ class Metric:
     reason ``consistent``, unless an option breaks it: ``breaks`` maps an option name
     to {value: why}. ``why_not`` says why ``avg`` need not rank like ``all`` otherwise.
     ``needs`` gives the :class:`Rows` it needs under a ``ScoreOptions``; ``family`` is its
-    :class:`~distrank.metrics.families.Family`, ``secure`` its
-    :class:`~distrank.metrics.families.SecureSum` (None: no secure sum).
+    :class:`~distrank.metrics.family.Family`, ``secure`` its
+    :class:`~distrank.metrics.family.SecureSum` (None: no secure sum), ``pooled`` its
+    :class:`~distrank.metrics.family.Pooled` (how plain Flower gets its ``all`` from the
+    sites' statistics; None: it has no ``all`` there).
+
+    What a page says of it without pooled data (``distrank.report``): ``provided``, the
+    conditions under which ``avg`` stands in for ``all`` (a ``SAFE`` metric);
+    ``pooled_from``, what its ``all`` needs beyond the clients' scores ("" : nothing
+    the clients can share). ``spreads``: the row keys it adds that are spreads, not
+    scores (no ``avg``, never ranked by).
     """
 
     key: str
@@ -61,6 +66,10 @@ class Metric:
     why_not: str = ""
     breaks: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
     secure: Any = field(default=None, compare=False)  # a families.SecureSum, or None
+    pooled: Any = field(default=None, compare=False)  # a families.Pooled, or None
+    provided: str = ""
+    pooled_from: str = ""
+    spreads: tuple[str, ...] = ()
 
     def verdict(self, options: Mapping | None) -> tuple[str, str]:
         """(``SAFE``/``EXACT``/``NOT_GUARANTEED``, why) of ``avg`` standing in for ``all``
@@ -78,33 +87,15 @@ class Metric:
         return self.agrees, self.consistent + assumed
 
 
-#: The package's own metrics, in the order the scorer reports them (its default);
-#: ``metrics.families`` registers them in this order.
+#: The package's own metrics, in the order the scorer reports them (its default).
 METRIC_KEYS = ("kd", "fd", "precision", "recall", "density", "coverage")
 PRDC = ("precision", "recall", "density", "coverage")
-METRICS: dict[str, Metric] = {}
 
 
-def register(metric: Metric) -> Metric:
-    """Add ``metric`` to :data:`METRICS` (a key may be registered once)."""
-    if metric.key in METRICS:
-        raise ValueError(f"metric {metric.key!r} is registered twice")
-    METRICS[metric.key] = metric
-    return metric
-
-
-def unregister(key: str) -> Metric:
-    """Remove a registered metric (a test's own, say); the package's are kept."""
-    if key in METRIC_KEYS:
-        raise ValueError(f"metric {key!r} is one of the package's own")
-    return METRICS.pop(key)
-
-
-def check_metrics(metrics, known=None) -> tuple[str, ...]:
-    """The requested metric names, deduplicated in order; a name or the empty
-    selection that is not a subset of ``known`` (default: every registered metric) is
-    a ValueError."""
-    known = tuple(METRICS) if known is None else tuple(known)
+def check_names(metrics, known) -> tuple[str, ...]:
+    """The requested metric names, deduplicated in order; a name or the empty selection
+    that is not a subset of ``known`` is a ValueError."""
+    known = tuple(known)
     if isinstance(metrics, str):
         metrics = (metrics,)
     wanted = tuple(dict.fromkeys(metrics))
@@ -114,11 +105,10 @@ def check_metrics(metrics, known=None) -> tuple[str, ...]:
     return wanted
 
 
-def check_rows(sizes: Mapping[tuple[str, str], int], options) -> None:
+def check_sizes(sizes: Mapping[tuple[str, str], int], needs: Mapping[str, Rows]) -> None:
     """TooFewRows naming the sample unless every sample (``("client" or "model", name)``
-    -> rows) holds the rows each metric of ``options`` (a ``ScoreOptions``) needs."""
-    for key in options.metrics:
-        need = METRICS[key].needs(options)
+    -> rows) holds the :class:`Rows` each metric needs (metric key -> Rows)."""
+    for need in needs.values():
         for (kind, name), rows in sizes.items():
             least = need.client if kind == "client" else need.model
             if rows < least:
@@ -138,3 +128,12 @@ def kd_rows(estimator: str, subset_size: int | None = None) -> Rows:
     if estimator == "unbiased":
         return Rows(2, 2, "the unbiased KD (U-statistic)")
     return Rows(1, 1, "KD")
+
+
+def prdc_rows(key: str, pr_k: int, dc_k: int) -> Rows:
+    """The rows a PRDC metric needs for its k-NN radii: k + 1 in each client (precision,
+    density, coverage: the reference radii) or in each model (recall)."""
+    k = pr_k if key in ("precision", "recall") else dc_k
+    return Rows(
+        **{"model" if key == "recall" else "client": k + 1}, why=f"k={k} nearest neighbours"
+    )

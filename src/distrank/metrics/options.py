@@ -6,7 +6,8 @@
 :func:`~distrank.metrics.privacy.private_scores` take; the ``distrank score`` command,
 the Flower run config and the pipeline's ``metrics:`` section are read into it.
 Its field defaults are the only place a scoring default is written (the
-pipeline's schema and the Flower app's TOML restate them; a test keeps them equal).
+pipeline's schema, the Flower app's TOML and the engines below the registry -- ``kd``,
+``subsets``, ``kd.resample``, ``prdc`` -- restate them; tests keep them equal).
 Where the work runs (``device``) and how it is blocked (``block_size``) are not
 options: they are arguments of the functions.
 """
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from distrank._arrays import DTYPES
 from distrank._checks import positive_int
 from distrank.clients import WEIGHTS
-from distrank.metrics.metric import ESTIMATORS, KERNELS, METRIC_KEYS, check_metrics
+from distrank.metrics.metric import ESTIMATORS, KERNELS, METRIC_KEYS
+from distrank.metrics.registry import check_metrics
 
 __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_options"]
 
@@ -28,22 +30,32 @@ __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_
 @dataclass(frozen=True)
 class ScoreOptions:
     """What is computed and how: every option of a scoring run, with its default.
-
-    Attributes:
-        metrics: a subset of ``("kd", "fd", "precision", "recall", "density", "coverage")``.
-        kernel: KD kernel, ``"poly"``, ``"rbf"``, ``"laplace"`` or ``"linear"``.
-        kernel_params: kernel parameters (see ``kernels.make_kernel``); an rbf/laplace
-            bandwidth not given is the median heuristic on the pooled reference.
-        kd_estimator: ``"unbiased"`` (U-statistic), ``"biased"`` (V-statistic), both on
-            the full samples, or ``"subsets"`` (KID: ``n_subsets`` x ``subset_size``).
-        seed: of the subsets and of the median heuristic.
-        weights: lambda_i of ``avg``: ``"size"`` (n_i / n) or ``"uniform"`` (1 / k).
-        pr_k: k of Precision and Recall.
-        dc_k: k of Density and Coverage.
-        dtype: KD and PRDC products in ``"float32"`` (sums in float64) or ``"float64"``;
-            FD statistics are always float64.
-
     Construction checks every value (a ``ValueError`` names the option).
+
+    Attributes
+    ----------
+    metrics
+        registered metric keys (``metrics.registry.METRICS``; default
+        ``metric.METRIC_KEYS``, the package's own but ``kd_sketch``).
+    kernel
+        KD kernel, ``"poly"``, ``"rbf"``, ``"laplace"`` or ``"linear"``.
+    kernel_params
+        kernel parameters (see ``kernels.make_kernel``); an rbf/laplace
+        bandwidth not given is the median heuristic on the pooled reference.
+    kd_estimator
+        ``"unbiased"`` (U-statistic), ``"biased"`` (V-statistic), both on
+        the full samples, or ``"subsets"`` (KID: ``n_subsets`` x ``subset_size``).
+    seed
+        of the subsets and of the median heuristic.
+    weights
+        lambda_i of ``avg``: ``"size"`` (n_i / n) or ``"uniform"`` (1 / k).
+    pr_k
+        k of Precision and Recall.
+    dc_k
+        k of Density and Coverage.
+    dtype
+        KD and PRDC products in ``"float32"`` (sums in float64) or ``"float64"``;
+        FD statistics are always float64.
     """
 
     metrics: tuple[str, ...] = METRIC_KEYS

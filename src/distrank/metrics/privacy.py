@@ -80,7 +80,7 @@ import pandas as pd
 
 from distrank._checks import positive_int
 from distrank.clients import client_groups
-from distrank.metrics.kd import check_full_sample
+from distrank.metrics.kd.sums import check_full_sample
 from distrank.metrics.metric import BANDWIDTH_KERNELS
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.scoring import score
@@ -88,8 +88,8 @@ from distrank.metrics.table import from_values
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
 BOUNDED_KERNELS = BANDWIDTH_KERNELS
-#: The epsilons a budget may have: below, the noise swamps any KD; above, the
-#: noise is below float32 resolution of any KD (the calibration is checked to 1e-12
+#: The epsilons a budget may have (below, the noise swamps any KD; above, the
+#: noise is below float32 resolution of any KD; the calibration is checked to 1e-12
 #: relative across the range).
 EPSILON_RANGE = (1e-3, 1e9)
 
@@ -244,7 +244,7 @@ class DistributedNoise:
 
     @property
     def sum_std(self) -> float:
-        """sigma: the noise std of a sum over ``threshold`` sites."""
+        """The noise std (sigma) of a sum over ``threshold`` sites."""
         return self.budget.noise_std(self.sensitivity)
 
     @property
@@ -286,9 +286,9 @@ def sketch_noise_std(n: int, *, epsilon: float, delta: float) -> float:
 
 
 def release_sketch(sketch, *, epsilon: float, delta: float, rng: np.random.Generator):
-    """A ``metrics.sketch.Sketch`` with N(0, sigma^2 I) added, sigma =
+    """A ``metrics.sketch.maps.Sketch`` with N(0, sigma^2 I) added, sigma =
     :func:`sketch_noise_std` (one release for every model scored from it)."""
-    from distrank.metrics.sketch import Sketch
+    from distrank.metrics.sketch.maps import Sketch
 
     std = sketch_noise_std(sketch.n, epsilon=epsilon, delta=delta)
     noisy = np.asarray(sketch.mean) + rng.normal(0.0, std, np.shape(sketch.mean))

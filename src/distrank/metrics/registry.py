@@ -3,40 +3,73 @@
 A metric owns its name and display name, its direction, the rows it needs, whether
 its client average ranks like its pooled value (and why: the report's verdict), how a
 site's value enters a secure sum (Flower's secure mode), and its compute paths -- its
-:class:`~distrank.metrics.families.Family`: ``plain`` (``metrics.score``), and, where
+:class:`~distrank.metrics.family.Family`: ``plain`` (``metrics.score``), and, where
 it has them, ``partitions`` (``metrics.score_partitions``) and ``resample``
 (``metrics.bootstrap``); a path it lacks is taken by scoring afresh. Several metrics
 may share a family (PRDC's four come from one pass).
 
-A new metric is one file: a :class:`~distrank.metrics.families.Family` and a
-:func:`register` call (``tests/metrics/test_new_metric.py`` adds one and finds it in
+A new metric is one file: a :class:`~distrank.metrics.family.Family` and a
+:func:`register` call (``tests/flower/test_new_metric.py`` adds one and finds it in
 every path). Torch-free, so the CLI, the config checks, the experiments and the
 figures can import it cheaply; the families import torch inside their methods.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 
-from distrank.metrics import families
-from distrank.metrics.metric import (  # noqa: F401  (what a metric is, re-exported)
-    BANDWIDTH_KERNELS,
-    ESTIMATORS,
-    EXACT,
-    FULL_SAMPLE_ESTIMATORS,
-    KERNELS,
-    METRIC_KEYS,
-    METRICS,
-    NOT_GUARANTEED,
-    PRDC,
-    SAFE,
-    SPREADS,
-    Metric,
-    Rows,
-    check_metrics,
-    register,
-    unregister,
-)
+from distrank.metrics.fd.family import FD_METRIC
+from distrank.metrics.kd.family import KD_METRIC
+from distrank.metrics.metric import METRIC_KEYS, Metric, check_names, check_sizes
+from distrank.metrics.prdc.family import COVERAGE, DENSITY, PRECISION, RECALL
+from distrank.metrics.sketch.family import KD_SKETCH
+
+#: The package's metrics, in the order of ``metric.METRIC_KEYS`` (the default selection),
+#: then those a caller selects by name (KD from sketches, ``kd_sketch``).
+PACKAGE_METRICS = (KD_METRIC, FD_METRIC, PRECISION, RECALL, DENSITY, COVERAGE, KD_SKETCH)
+
+#: Every registered metric by key, the package's own first (``PACKAGE_METRICS``, in the
+#: order of ``metric.METRIC_KEYS``, the scorer's default), then those :func:`register` adds.
+METRICS: dict[str, Metric] = {m.key: m for m in PACKAGE_METRICS}
+assert tuple(METRICS)[: len(METRIC_KEYS)] == METRIC_KEYS
+
+
+def register(metric: Metric) -> Metric:
+    """Add ``metric`` to :data:`METRICS` (a key may be registered once)."""
+    if metric.key in METRICS:
+        raise ValueError(f"metric {metric.key!r} is registered twice")
+    METRICS[metric.key] = metric
+    return metric
+
+
+def unregister(key: str) -> Metric:
+    """Remove a registered metric (a test's own, say); the package's are kept."""
+    if key in {m.key for m in PACKAGE_METRICS}:
+        raise ValueError(f"metric {key!r} is one of the package's own")
+    return METRICS.pop(key)
+
+
+def load_plugins(modules) -> None:
+    """Import each of ``modules`` (names), whose import registers its own metrics with
+    :func:`register`: the pipeline's ``plugins:`` (a ValueError names one that fails)."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"plugins: cannot import {name!r} ({err})") from None
+
+
+def check_metrics(metrics) -> tuple[str, ...]:
+    """The requested metric names, deduplicated in order; a name or the empty
+    selection that is not a registered metric is a ValueError."""
+    return check_names(metrics, METRICS)
+
+
+def check_rows(sizes, options) -> None:
+    """TooFewRows naming the sample unless every sample (``("client" or "model", name)``
+    -> rows) holds the rows each metric of ``options`` (a ``ScoreOptions``) needs."""
+    check_sizes(sizes, {key: METRICS[key].needs(options) for key in options.metrics})
 
 
 class _Field(Mapping):
@@ -55,11 +88,23 @@ class _Field(Mapping):
         return len(METRICS)
 
 
-#: Display name (and prefix of result-table columns: ``KD_all``) of each metric.
+#: Display name (and prefix of result-table columns, as in ``KD_all``) of each metric.
 DISPLAY: Mapping[str, str] = _Field("display")
 HIGHER_IS_BETTER: Mapping[str, bool] = _Field("higher_is_better")
 
-families.register_the_package_metrics()
+
+def spread_keys() -> frozenset[str]:
+    """The row keys of every registered metric's spreads (``Metric.spreads``, KD subsets'
+    ``kd_std``): no ``avg`` row (a std of the average is not the average of stds), never
+    ranked by."""
+    return frozenset(s for m in METRICS.values() for s in m.spreads)
+
+
+def uses_kernel(metrics) -> bool:
+    """Whether any of ``metrics`` (keys) is computed with KD's kernel (its family's
+    ``uses_kernel``): the scorer then builds the kernel, secure mode bounds it."""
+    return any(METRICS[m].family.uses_kernel for m in metrics)
+
 
 #: Names of FD and KD on Inception-v3 features, where the literature calls them FID
 #: (Heusel et al., 2017) and KID (Binkowski et al., 2018); on any other network they

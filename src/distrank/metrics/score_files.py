@@ -14,8 +14,8 @@ import pandas as pd
 
 from distrank._io import read_json, write_json
 from distrank.clients import average
-from distrank.metrics.registry import SPREADS
-from distrank.metrics.table import from_rows
+from distrank.metrics.registry import spread_keys
+from distrank.metrics.table import from_values
 
 __all__ = ["average_client_files", "collect", "score_centralized_file", "score_client_file"]
 
@@ -49,12 +49,12 @@ def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
     models = [list(r["models"]) for r in records]
     if any(m != models[0] for m in models):
         raise ValueError(f"client score files score different models: {paths}")
-    lam = client_weights([r["n"] for r in records], weights)
+    lam, spreads = client_weights([r["n"] for r in records], weights), spread_keys()
     result = {"weights": weights, "models": {}, "clients": {}}
     for model in models[0]:
         local = [r["models"][model]["scores"] for r in records]
         result["models"][model] = {
-            "scores": {m: average([s[m] for s in local], lam) for m in local[0] if m not in SPREADS}
+            "scores": {m: average([s[m] for s in local], lam) for m in local[0] if m not in spreads}
         }
     for r in records:
         result["clients"][r["client"]] = {
@@ -92,15 +92,23 @@ def score_centralized_file(
 def collect(avg_path, all_path, models: Sequence[str]) -> pd.DataFrame:
     """The tidy table of ``models`` from a partition's averaged and centralized
     score files."""
+    from distrank.clients import client_weights
+
     avg, pooled = read_json(avg_path), read_json(all_path)
     missing = [m for m in models if m not in avg["models"] or m not in pooled["models"]]
     if missing:
         raise ValueError(f"{avg_path}, {all_path}: no scores of models {missing}")
-    rows = []
+    clients = list(avg["clients"])
+    weights = client_weights([avg["clients"][c]["n"] for c in clients], avg["weights"])
+    values = {}
     for model in models:
-        rows += [(model, m, "avg", "", v) for m, v in avg["models"][model]["scores"].items()]
-        for c, cr in avg["clients"].items():
-            rows += [(model, m, "client", c, v) for m, v in cr["scores"][model].items()]
-    for model in models:
-        rows += [(model, m, "all", "", v) for m, v in pooled["models"][model]["scores"].items()]
-    return from_rows(rows)
+        local, given = [avg["clients"][c]["scores"][model] for c in clients], avg["models"][model]
+        values[model] = {
+            m: (
+                pooled["models"][model]["scores"].get(m),
+                [s[m] for s in local],
+                given["scores"].get(m),
+            )
+            for m in local[0]
+        }
+    return from_values(values, clients, weights)

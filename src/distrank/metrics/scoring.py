@@ -23,16 +23,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from distrank._arrays import as_features, resolve_device, work_dtype
+from distrank._arrays import as_features, check_models, product_rows, resolve_device, work_dtype
 from distrank._checks import about
 from distrank.clients import client_groups
-from distrank.metrics import kd as kd_
-from distrank.metrics import metric
-from distrank.metrics.families import Inputs, Run, Values
+from distrank.metrics import registry
+from distrank.metrics.family import Inputs, Run, Values
+from distrank.metrics.kd import sums as kd_
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.prdc import _check_block
-from distrank.metrics.registry import METRICS
+from distrank.metrics.registry import METRICS, uses_kernel
 from distrank.metrics.table import from_values
 
 
@@ -45,25 +44,38 @@ def prepare(
     device=None,
     block_size: int | None = None,
 ) -> Inputs:
-    """The checked inputs of a scoring call: the reference's rows and client groups, the
+    """The checked inputs of every scoring call: the reference's rows and client groups
+    (``clients``: each row's label, or a mapping of partition name -> labels), the
     models' rows, the rows every requested metric needs in each client and model
-    (``TooFewRows`` names the sample), and KD's kernel with an
-    rbf/laplace bandwidth not given resolved by the median heuristic on the pooled
-    reference (in ``options`` too). A bad input is a ``ValueError`` naming it."""
+    (``TooFewRows`` names the sample), and KD's kernel with an rbf/laplace bandwidth
+    not given resolved by the median heuristic on the pooled reference (in ``options``
+    too). A bad input is a ``ValueError`` naming it."""
     with about("reference"):
         x = as_features(reference, "reference")
-        groups = client_groups(clients, x.shape[0])
+        if not isinstance(clients, Mapping):
+            partitions = {"": client_groups(clients, x.shape[0])}
     ys = check_models(models, x.shape[1])
-    check_rows(groups, ys, options)
+    if not isinstance(clients, Mapping):
+        check_rows(partitions[""], ys, options)
+    elif not clients:
+        raise ValueError("partitions: expected a non-empty mapping of name -> (n,) labels")
+    else:
+        partitions = {}
+        for name, labels in clients.items():
+            try:
+                partitions[str(name)] = client_groups(labels, x.shape[0])
+                check_rows(partitions[str(name)], ys, options)
+            except ValueError as err:
+                raise type(err)(f"partitions[{name!r}]: {err}") from None
     kernel, options = kernel_of(x, options)
-    block = _check_block(block_size, work_dtype(options.dtype).itemsize)
-    return Inputs(x, groups, ys, options, kernel, resolve_device(device), block)
+    block = product_rows(block_size, work_dtype(options.dtype).itemsize)
+    return Inputs(x, partitions, ys, options, kernel, resolve_device(device), block)
 
 
 def kernel_of(x: torch.Tensor, options: ScoreOptions):
     """(KD's kernel or None when no requested metric uses it, ``options`` with an
     rbf/laplace bandwidth not given set by the median heuristic on ``x``)."""
-    if not any(METRICS[m].family.uses_kernel for m in options.metrics):
+    if not uses_kernel(options.metrics):
         return None, options
     params = options.kernel_params
     if needs_bandwidth(options.kernel, params):
@@ -75,9 +87,9 @@ def kernel_of(x: torch.Tensor, options: ScoreOptions):
 
 def check_rows(groups, models: Mapping, options: ScoreOptions) -> None:
     """TooFewRows naming the sample unless every client of ``groups`` and every model
-    holds the rows each metric of ``options`` needs (``metric.check_rows``)."""
+    holds the rows each metric of ``options`` needs (``registry.check_rows``)."""
     sizes = {("client", name): int(n) for name, n in zip(groups.names, groups.sizes)}
-    metric.check_rows(sizes | {("model", name): y.shape[0] for name, y in models.items()}, options)
+    registry.check_rows(sizes | {("model", n): y.shape[0] for n, y in models.items()}, options)
 
 
 def score(
@@ -92,45 +104,67 @@ def score(
 ) -> pd.DataFrame:
     """Every metric of every model: pooled (``all``), client average (``avg``), per client.
 
-    Args:
-        reference: (n, d) numpy or torch array of reference features.
-        clients: (n,) client label (int or str) of each reference row.
-        models: model name -> (m, d) array of generated features.
-        options: the :class:`~distrank.metrics.options.ScoreOptions` (metrics, kernel,
-            estimator, weights, k of PRDC, dtype; None: the defaults), or a mapping of
-            them; ``changes`` (option names as keywords) override them. The
-            ``"subsets"`` estimator adds ``kd_std`` rows for ``all`` and each client.
-        device: torch device (``None``: CUDA if available, else CPU).
-        block_size: rows of one product block, KD's and PRDC's (``None``: 64 MiB
-            blocks, 4096 rows in float32, 2816 in float64).
+    Parameters
+    ----------
+    reference
+        (n, d) numpy or torch array of reference features.
+    clients
+        (n,) client label (int or str) of each reference row.
+    models
+        model name -> (m, d) array of generated features.
+    options
+        the :class:`~distrank.metrics.options.ScoreOptions` (metrics, kernel,
+        estimator, weights, k of PRDC, dtype; None: the defaults), or a mapping of
+        them; ``changes`` (option names as keywords) override them. The
+        ``"subsets"`` estimator adds ``kd_std`` rows for ``all`` and each client.
+    device
+        torch device (``None``: CUDA if available, else CPU).
+    block_size
+        rows of one product block, KD's and PRDC's (``None``: 64 MiB
+        blocks, 4096 rows in float32, 2816 in float64).
 
-    Returns:
-        A DataFrame with the columns of :data:`distrank.metrics.table.COLUMNS`: model,
-        metric, aggregation (``all``, ``avg``, ``client``), client (``str(label)``;
-        ``""`` unless aggregation is ``client``) and value.
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :data:`distrank.metrics.table.COLUMNS`: model, metric,
+        aggregation (``all``, ``avg``, ``client``), client (``str(label)``; ``""``
+        unless aggregation is ``client``) and value.
 
-    Raises:
-        ValueError: naming the argument and the problem (non-finite features,
-            mismatched dimensions, too few rows, unknown metric or option).
+    Raises
+    ------
+    ValueError
+        naming the argument and the problem (non-finite features,
+        mismatched dimensions, too few rows, unknown metric or option).
     """
     opts = score_options(options, **changes)
     inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
-    by_family: dict = {}
-    for key in opts.metrics:
-        by_family.setdefault(METRICS[key].family, []).append(key)
-    runs = [family.plain(inputs, keys) for family, keys in by_family.items()]  # checks first
+    return table_of(inputs)
+
+
+def by_family(metrics: Sequence[str]) -> dict:
+    """Each family of ``metrics`` (keys) -> its keys among them, in the asked order."""
+    out: dict = {}
+    for key in metrics:
+        out.setdefault(METRICS[key].family, []).append(key)
+    return out
+
+
+def table_of(inputs: Inputs) -> pd.DataFrame:
+    """The score table of prepared ``inputs`` (one partition): every family's plain path."""
+    opts = inputs.options
+    runs = [f.plain(inputs, keys) for f, keys in by_family(opts.metrics).items()]  # checks first
     values: Values = {name: {} for name in inputs.models}
     for run in share_products(runs):
         for name, by_metric in run.compute().items():
             values[name] |= by_metric
-    order = [m for key in opts.metrics for m in (key, f"{key}_std")]  # rows in the asked order
+    order = [m for key in opts.metrics for m in (key, *METRICS[key].spreads)]  # the asked order
     values = {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
     return from_values(values, inputs.groups.names, inputs.groups.weights(opts.weights))
 
 
 def share_products(runs: Sequence[Run]) -> list[Run]:
     """The runs, a run that feeds products and one that takes its sums from them made
-    one: the feeder's pass hands its product blocks to a ``kd.SumsBuilder`` of the
+    one: the feeder's pass hands its product blocks to a ``kd.sums.SumsBuilder`` of the
     taker's kernel, whose sums give the taker's values (bit for bit those of its own
     pass: the same blocks in the same order), so the taker forms no product itself."""
     feeder = next((r for r in runs if r.feeds_products), None)
@@ -168,8 +202,7 @@ def score_client(
     client's own median.
     """
     opts = score_options(options, **changes)
-    uses_kernel = any(METRICS[m].family.uses_kernel for m in opts.metrics)
-    if uses_kernel and needs_bandwidth(opts.kernel, opts.kernel_params):
+    if uses_kernel(opts.metrics) and needs_bandwidth(opts.kernel, opts.kernel_params):
         raise ValueError(
             f"kernel_params: kernel {opts.kernel!r} needs an explicit 'bandwidth' for "
             "client scores (one bandwidth shared by all clients)"
@@ -190,32 +223,13 @@ def client_scores(client_features, model_features, options=None, **changes) -> d
     return score_client(client_features, {"model": model_features}, options, **changes)["model"]
 
 
-def check_models(models, d: int) -> dict[str, torch.Tensor]:
-    """The models' rows (name -> (m, d) tensor), each checked and named by its key."""
-    if not isinstance(models, Mapping) or not models:
-        raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
-    ys = {}
-    for name, y in models.items():
-        with about("model", str(name)):
-            y = as_features(y, f"models[{name!r}]")
-            if y.shape[1] != d:
-                raise ValueError(
-                    f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                    f"the reference dimension {d}"
-                )
-        ys[str(name)] = y
-    if len(ys) != len(models):
-        raise ValueError("models: names are not distinct as strings")
-    return ys
-
-
 def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """The tidy score table of ``kd_sketch`` (KD of the sketched rbf kernel) of every model
-    against each site's sketch (``client``; site name -> ``metrics.sketch.Sketch``), their
+    against each site's sketch (``client``; site name -> ``metrics.sketch.maps.Sketch``), their
     size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
     the sketches' metadata, which must agree."""
     from distrank.clients import client_weights
-    from distrank.metrics.sketch import FeatureMap, pool, sketch_kd
+    from distrank.metrics.sketch.maps import FeatureMap, pool, sketch_kd
 
     pooled, values = pool(list(sites.values())), {}  # checks that the maps agree
     first = pooled.meta

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,25 +35,21 @@ import pandas as pd
 from distrank._checks import InputError
 from distrank._io import atomic_path
 from distrank.clients import average
-from distrank.metrics.ranking import discordant_pairs, rank_models, tau_b
-from distrank.metrics.registry import HIGHER_IS_BETTER, SPREADS, display
+from distrank.metrics.ranking import discordant_pairs, tau_b
+from distrank.metrics.registry import HIGHER_IS_BETTER, display, spread_keys
 
 __all__ = [
     "AGGREGATIONS",
-    "average",
     "COLUMNS",
     "FORMAT",
     "FORMATS",
     "check",
-    "discordant_pairs",
     "flipped_pairs",
-    "from_rows",
     "from_values",
     "kendall_tau",
     "keyed",
     "pivot",
     "rank_agreement",
-    "rank_models",
     "read",
     "summary_taus",
     "wide",
@@ -68,26 +64,27 @@ FORMAT = "distrank.scores/1"
 FORMATS = {".csv": "csv", ".json": "json", ".md": "markdown"}
 
 
-def from_rows(rows: Iterable[tuple]) -> pd.DataFrame:
-    """The table of ``(model, metric, aggregation, client, value)`` tuples."""
-    return pd.DataFrame(list(rows), columns=list(COLUMNS))
-
-
-def from_values(values: Mapping, client_names: Sequence[str], weights) -> pd.DataFrame:
+def from_values(values: Mapping, client_names: Sequence[str] = (), weights=None) -> pd.DataFrame:
     """The tidy table of ``values``: model -> metric -> (pooled value or None, the
-    clients' values in the order of ``client_names``). Per model and metric, in that
-    order: the ``all`` row (unless None), the ``avg`` row (``clients.average`` under
-    ``weights``; none for a spread such as ``kd_std``: a std of the average is not the
-    average of stds), and one ``client`` row per client."""
+    clients' values in the order of ``client_names``[, the average]). Per model and
+    metric, in that order: the ``all`` row (unless None), the ``avg`` row (the average
+    given, else ``clients.average`` of the clients' values under ``weights``; none for
+    a spread such as ``kd_std``: a std of the average is not the average of stds, nor
+    without client values), and one ``client`` row per client. Every score table of the
+    package is built here."""
+    spreads = spread_keys()
     rows = []
     for model, by_metric in values.items():
-        for metric, (pooled, local) in by_metric.items():
+        for metric, (pooled, local, *given) in by_metric.items():
             if pooled is not None:
                 rows.append((model, metric, "all", "", float(pooled)))
-            if metric not in SPREADS:
-                rows.append((model, metric, "avg", "", average(local, weights)))
+            avg = given[0] if given else None
+            if avg is None and len(local) and metric not in spreads:
+                avg = average(local, weights)
+            if avg is not None:
+                rows.append((model, metric, "avg", "", float(avg)))
             rows += [(model, metric, "client", c, float(v)) for c, v in zip(client_names, local)]
-    return from_rows(rows)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def check(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:

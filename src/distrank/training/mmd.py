@@ -9,7 +9,7 @@ the unbiased squared MMD with one fixed kernel (a bandwidth fixed once, before
 training), in the feature space of a fixed differentiable embedding :math:`\phi`
 (MMD training: Li et al., "Generative Moment Matching Networks", ICML 2015; Dziugaite
 et al., UAI 2015). KD comes from the package's own block sums, differentiable
-(:class:`distrank.metrics.kd.KDObjective`): one implementation for scoring and
+(:class:`distrank.metrics.kd.sums.KDObjective`): one implementation for scoring and
 training.
 
 Every method takes the same number of generator steps T on the same latent batches
@@ -50,7 +50,7 @@ from distrank._checks import positive_int
 from distrank._io import array_digest
 from distrank._progress import progress
 from distrank.clients import client_weights
-from distrank.metrics.kd import KDObjective
+from distrank.metrics.kd.sums import KDObjective
 from distrank.metrics.kernels import Kernel
 from distrank.training.federated import (
     average_states,
@@ -347,7 +347,8 @@ def _objectives(method, x, clients, ids, kernel, dev) -> tuple[list, np.ndarray]
         parts = [x[torch.from_numpy(clients == i).to(dev)] for i in ids]
         lam = client_weights(np.bincount(clients), "size")
     objectives = [
-        KDObjective(part, np.zeros(len(part), np.int64), kernel, device=dev) for part in parts
+        KDObjective(part, np.zeros(len(part), np.int64), kernel, dtype="float64", device=dev)
+        for part in parts
     ]
     return objectives, lam
 

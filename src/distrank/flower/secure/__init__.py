@@ -23,12 +23,13 @@ the (n - 1) of the pooled covariance. No ``client`` rows (nobody has them), no
 Coverage are refused: the pooled value needs nearest-neighbour radii among all sites'
 rows, which no sum of site values gives, and their client averages need not rank like
 the pooled metric. Each metric says how it enters the sum (``Metric.secure``, a
-``metrics.families.SecureSum``): a metric without one is refused.
+``metrics.family.SecureSum``): a metric without one is refused.
 
 Quantisation and the message layout: :mod:`~distrank.flower.secure.plan`; the site,
 its policy and its failure categories: :mod:`~distrank.flower.secure.site`; the
-server: :mod:`~distrank.flower.secure.server`; FD's bound: ``metrics.fd.fd_bound``. Masks come from SHAKE-256 of the whole shared
-secret (:mod:`distrank.flower.masks`), not from Flower 1.42's 32-bit fold.
+server: :mod:`~distrank.flower.secure.server`; FD's bound:
+``metrics.fd.frechet.fd_bound``. Masks come from SHAKE-256 of the whole shared secret
+(:mod:`distrank.flower.masks`), not from Flower 1.42's 32-bit fold.
 
 Optional distributed noise (``noise-epsilon`` > 0, with ``noise-delta``): each site adds
 N(0, sigma^2 / t) to its n_i KD_i, so the released KD_avg is (epsilon, delta)-DP

@@ -32,7 +32,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from distrank.flower.masks import GENERATOR
 from distrank.flower.messages import encode_request
-from distrank.metrics.registry import METRICS
+from distrank.metrics.registry import METRICS, uses_kernel
 
 if TYPE_CHECKING:
     from distrank.flower.federation import RunSettings
@@ -277,7 +277,7 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
         settings.weights,
         secure.feature_bound,
         secure.max_rows,
-        k_max if "kd" in o["metrics"] else 0.0,
+        k_max if uses_kernel(o["metrics"]) else 0.0,
         secure.noise.site_std if secure.noise else 0.0,
         threshold=secure.threshold,
         seed=o["seed"],

@@ -149,8 +149,8 @@ def sketch_path(out):
 def write_pooled_sketch(mean, k: int, plan: Plan, noise, path) -> None:
     """The pooled sketch of a secure sum, its noise std per entry in its metadata
     (``distrank rank --sketch`` scores models from it later)."""
-    from distrank.metrics import sketch
-    from distrank.metrics.families.sketch import pooled_sketch
+    from distrank.metrics.sketch import maps as sketch
+    from distrank.metrics.sketch.family import pooled_sketch
 
     blocks = split(decode(mean, k, plan), plan)
     n = int(round(blocks["rows"][0]))
@@ -338,7 +338,7 @@ def secure_table(
     bound, noise_std) from Flower's aggregate of k sites."""
     import pandas as pd
 
-    from distrank.metrics.table import COLUMNS
+    from distrank.metrics.table import from_values
 
     try:
         total = decode(mean, k, plan)
@@ -347,16 +347,20 @@ def secure_table(
     blocks, scales = split(total, plan), plan.scales()
     errors = {name: k * s * SUM_ERROR for name, s in scales.items()}  # per summed entry
     n = int(round(blocks["rows"][0]))
-    rows, bound_rows = [], []
     names = plan.models or tuple(models)  # a sketch's plan has no model: the server's
     scored = {g: models[g] for g in names}
+    values: dict = {g: {} for g in names}
+    bounds = {}  # (model, metric, aggregation) -> (bound, noise std)
     for metric, secure in plan.sums().items():
         std = noise.released_std(n, k) if noise and secure.noisy else 0.0
         noise_std = secure.value_noise(plan, scored, std) if std else np.zeros(len(names))
         got = secure.finish(plan, blocks, n, k, centre, scored, errors, device=device)
-        for agg, (values, bounds) in got.items():
-            for i, model in enumerate(names):
-                rows.append((model, metric, agg, "", float(values[i])))
-                bound_rows.append((model, metric, agg, float(bounds[i]), float(noise_std[i])))
+        for i, model in enumerate(names):
+            pooled, avg = (got[a][0][i] if a in got else None for a in ("all", "avg"))
+            values[model][metric] = (pooled, (), avg)
+            for agg, (_, bound) in got.items():
+                bounds[(model, metric, agg)] = (float(bound[i]), float(noise_std[i]))
+    table = from_values(values)
+    keys = zip(table.model, table.metric, table.aggregation)
     columns = ["model", "metric", "aggregation", "bound", "noise_std"]
-    return pd.DataFrame(rows, columns=COLUMNS), pd.DataFrame(bound_rows, columns=columns)
+    return table, pd.DataFrame([(*key, *bounds[key]) for key in keys], columns=columns)

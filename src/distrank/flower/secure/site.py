@@ -143,7 +143,7 @@ def check_plan(site: SiteConfig, plan: Plan, models: Mapping, options: Mapping) 
     """Refused unless the request is within this site's own public bounds and noise;
     the checks read the request and the node config only, never the site's data."""
     from distrank.metrics.options import score_options
-    from distrank.metrics.registry import METRICS
+    from distrank.metrics.registry import METRICS, uses_kernel
 
     if not site.feature_bound:
         raise Refused("this site's node config sets no 'feature-bound'")
@@ -163,7 +163,7 @@ def check_plan(site: SiteConfig, plan: Plan, models: Mapping, options: Mapping) 
     for name, y in models.items():
         if not np.all(np.linalg.norm(np.asarray(y, np.float64), axis=1) <= plan.feature_bound):
             raise Refused(f"model {name!r} has a row above the plan's 'feature-bound'")
-    if "kd" in plan.metrics:
+    if uses_kernel(plan.metrics):
         own = kernel_bound(opts.kernel, opts.kernel_params, plan.dim, plan.feature_bound)
         if plan.kernel_bound < own:
             raise Refused(f"the plan's kernel bound {plan.kernel_bound:g} is below {own:g}")

@@ -1,16 +1,16 @@
 """FD, the Fréchet distance of Gaussian fits: its family and its metric.
 
-plain: per client, then pooled from the clients' statistics (``fd.pool_stats``), in
+plain: per client, then pooled from the clients' statistics (``fd.frechet.pool_stats``), in
 chunks of models (memory: a chunk of models' and two clients' covariances).
 partitions: one product of the reference with each model serves every partition
-(``fd.partition_fds``).
+(``fd.frechet.partition_fds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, SecureSum, Values
+from distrank.metrics.family import Family, Inputs, Pooled, Run, SecureSum, Values
 from distrank.metrics.metric import Metric, Rows
 
 #: Bytes of model covariances FD holds at once (models are scored in chunks of this).
@@ -21,7 +21,7 @@ class FD(Family):
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
         import numpy as np
 
-        from distrank.metrics.fd import frechet_distances, gaussian_stats, pool_stats
+        from distrank.metrics.fd.frechet import frechet_distances, gaussian_stats, pool_stats
 
         def compute() -> Values:
             # Models in chunks of FD_CHUNK_BYTES of covariances; per chunk, one client's
@@ -44,14 +44,43 @@ class FD(Family):
 
         return Run(compute)
 
-    def partitions(self, inputs: Partitioned, keys: Sequence[str]) -> dict[str, Values]:
-        from distrank.metrics.fd import partition_fds
+    def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values]:
+        from distrank.metrics.fd.frechet import partition_fds
 
         fds = partition_fds(inputs.reference, inputs.partitions, inputs.models, inputs.device)
         return {
             p: {name: {"fd": value} for name, value in by_model.items()}
             for p, by_model in fds.items()
         }
+
+
+class Gaussians(Pooled):
+    """FD_all from the sites' Gaussian statistics (n_i, mean_i, C_i): the pooled Gaussian
+    fit of their rows (``fd.frechet.pool_stats``), exactly."""
+
+    def site(self, x, device=None) -> dict:
+        from distrank.metrics.fd.frechet import gaussian_stats
+
+        stats = gaussian_stats(x, device=device)
+        return {"mean": stats.mean, "cov": stats.cov}
+
+    def check(self, stats, n: int) -> None:
+        mean, cov = stats.get("mean"), stats.get("cov")
+        if mean is None or cov is None or mean.ndim != 1 or cov.shape != (len(mean), len(mean)):
+            shapes = {k: getattr(v, "shape", None) for k, v in stats.items()}
+            raise ValueError(f"statistics of shapes {shapes}: expected mean (d,) and cov (d, d)")
+
+    def finish(self, sites, models, device=None) -> dict[str, float]:
+        from distrank.metrics.fd.frechet import (
+            GaussianStats,
+            frechet_distances,
+            gaussian_stats,
+            pool_stats,
+        )
+
+        pooled = pool_stats([GaussianStats(n, s["mean"], s["cov"]) for n, s in sites])
+        fitted = [gaussian_stats(y, device=device) for y in models.values()]
+        return dict(zip(models, frechet_distances([pooled], fitted, device=device)[0].tolist()))
 
 
 class Moments(SecureSum):
@@ -70,7 +99,7 @@ class Moments(SecureSum):
     def site(self, plan, x, scores, centre, device=None) -> list:
         import numpy as np
 
-        from distrank.metrics.fd import gaussian_stats
+        from distrank.metrics.fd.frechet import gaussian_stats
 
         n, stats = len(x), gaussian_stats(x, device=device)
         offset = stats.mean - np.asarray(centre, np.float64)
@@ -80,7 +109,12 @@ class Moments(SecureSum):
     def finish(self, plan, sums, n, k, centre, models, errors, device=None):
         import numpy as np
 
-        from distrank.metrics.fd import GaussianStats, fd_bound, frechet_distances, gaussian_stats
+        from distrank.metrics.fd.frechet import (
+            GaussianStats,
+            fd_bound,
+            frechet_distances,
+            gaussian_stats,
+        )
 
         s1, s2 = sums["sum"], np.zeros((plan.dim, plan.dim))
         s2[np.triu_indices(plan.dim)] = sums["scatter"]
@@ -103,4 +137,7 @@ FD_METRIC = Metric(
     "covariance; FD_avg is minimised by the clients' Wasserstein barycenter, FD_all by the "
     "pooled Gaussian, so two models can swap order.",
     secure=Moments(),
+    pooled=Gaussians(),
+    pooled_from="the clients' (n_i, mean, covariance), not from their FD scores; share those "
+    "statistics to compute it",
 )

@@ -4,7 +4,7 @@ the pool's first principal axes, and the value extrapolated to infinite samples 
 (FID∞ of Chong and Forsyth, "Effectively Unbiased FID and Inception Score and where to
 find them", CVPR 2020). Each value comes with FD's terms, so that a reader sees which of
 them moves (:data:`TERMS`, and :data:`SPLIT`, the part of the model's trace between its
-classes). E4's pre-step uses it (:func:`distrank.experiments.e4_diversity_sweep.write_fd`).
+classes). E4's pre-step uses it (:func:`distrank.experiments.e4_diversity_sweep.steps.write_fd`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from distrank.clients import average, client_weights
 
 __all__ = [
     "TERMS",
@@ -27,7 +29,7 @@ __all__ = [
     "with_fd",
 ]
 
-#: FD's terms (metrics.fd.FrechetTerms): FD = mean + trace_reference + trace_model - 2 root.
+#: FD's terms (metrics.fd.frechet.FrechetTerms), FD = mean + trace_reference + trace_model - 2 root.
 TERMS = ("mean", "trace_reference", "trace_model", "root")
 #: ... and the part of the model's tr C_Y that lies between its classes (the rest is within).
 SPLIT = "trace_between"
@@ -42,7 +44,7 @@ def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
     alike."""
     from sklearn.decomposition import PCA
 
-    from distrank.metrics.fd import one_thread_each
+    from distrank.metrics.fd.frechet import one_thread_each
 
     if not 1 <= dims <= min(pool.shape):
         raise ValueError(f"pca_dims: {dims} is not between 1 and {min(pool.shape)}")
@@ -88,8 +90,7 @@ class ClientGaussians:
     every client) and the pool's, and their weights."""
 
     def __init__(self, clients: Sequence[np.ndarray], weights: str, basis=None):
-        from distrank.clients import client_weights
-        from distrank.metrics.fd import gaussian_stats, pool_stats
+        from distrank.metrics.fd.frechet import gaussian_stats, pool_stats
 
         self.basis = basis
         self.clients = [gaussian_stats(self.project(c)) for c in clients]
@@ -104,20 +105,22 @@ class ClientGaussians:
         """FD's :data:`TERMS` of each of ``models`` (rows, or Gaussian statistics)
         against the pool (``all``; ``pool`` in its place if given) and the clients'
         weighted mean (``avg``), one dict per model."""
-        from distrank.metrics.fd import GaussianStats, frechet_terms, gaussian_stats
+        from distrank.metrics.fd.frechet import GaussianStats, frechet_terms, gaussian_stats
 
         models = [
             m if isinstance(m, GaussianStats) else gaussian_stats(self.project(m)) for m in models
         ]
         t = frechet_terms([*self.clients, pool or self.pool], models)
         values = np.stack([getattr(t, name) for name in TERMS], axis=2)  # (k + 1, models, 4)
-        return [{"all": v[-1], "avg": self.weights @ v[:-1]} for v in values.swapaxes(0, 1)]
+        return [
+            {"all": v[-1], "avg": average(v[:-1].T, self.weights)} for v in values.swapaxes(0, 1)
+        ]
 
     def fitted(self, scales: Sequence[float]) -> list[dict[str, np.ndarray]]:
         r"""The terms of the fitted family's own Gaussian :math:`N(\bar\mu, sW + B)` at
         each scale s, against the clients' Gaussians and against their mixture's,
         :math:`N(\bar\mu, W + B)` (:math:`\lambda`-weighted, as Theorem 2's pool)."""
-        from distrank.metrics.fd import GaussianStats
+        from distrank.metrics.fd.frechet import GaussianStats
 
         lam, n = self.weights, sum(s.n for s in self.clients)
         means = np.stack([s.mean for s in self.clients])
@@ -233,8 +236,8 @@ def _terms(space: ClientGaussians, y: np.ndarray, labels) -> dict[str, np.ndarra
 
 def with_fd(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with FD's sum of its :data:`TERMS` as column ``fd``, as
-    :class:`~distrank.metrics.fd.FrechetTerms` sums them."""
-    from distrank.metrics.fd import FrechetTerms
+    :class:`~distrank.metrics.fd.frechet.FrechetTerms` sums them."""
+    from distrank.metrics.fd.frechet import FrechetTerms
 
     table["fd"] = FrechetTerms(*(table[term] for term in TERMS)).fd
     return table

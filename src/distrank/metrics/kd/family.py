@@ -1,10 +1,10 @@
 """KD, the kernel distance (squared MMD): its family and its metric.
 
-plain: one set of kernel block sums (``kd.kernel_sums``, U or V form) or KID-style
-random subsets (``subsets.subset_kd``, with a ``kd_std`` spread); it can take its
+plain: one set of kernel block sums (``kd.sums.kernel_sums``, U or V form) or KID-style
+random subsets (``kd.subsets.subset_kd``, with a ``kd_std`` spread); it can take its
 sums from PRDC's distance blocks (``Run.from_sums``). partitions: the sums of the
 partitions' common refinement, coarsened per partition (``KernelSums.coarsen``).
-resample: re-weighted sums of every bootstrap resample (``kd_resample``).
+resample: re-weighted sums of every bootstrap resample (``kd.resample``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values, WeightedSum
+from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
 from distrank.metrics.metric import SAFE, Metric, kd_rows
 
 
@@ -21,8 +21,8 @@ class KD(Family):
     uses_kernel = True
 
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
-        from distrank.metrics import kd as kd_
-        from distrank.metrics.subsets import subset_kd
+        from distrank.metrics.kd import sums as kd_
+        from distrank.metrics.kd.subsets import subset_kd
 
         o, x, groups, names = inputs.options, inputs.reference, inputs.groups, list(inputs.models)
 
@@ -64,11 +64,11 @@ class KD(Family):
             return Run(compute)
         return Run(compute, kernel=inputs.kernel, from_sums=from_sums)
 
-    def partitions(self, inputs: Partitioned, keys: Sequence[str]) -> dict[str, Values] | None:
+    def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values] | None:
         import logging
 
         from distrank.clients import common_refinement
-        from distrank.metrics import kd as kd_
+        from distrank.metrics.kd import sums as kd_
 
         o, ys = inputs.options, inputs.models
         if o.kd_estimator == "subsets":  # random subsets share nothing: each partition afresh
@@ -95,28 +95,36 @@ class KD(Family):
             out[p] = {name: {"kd": (float(pooled[j]), per_client[j])} for j, name in enumerate(ys)}
         return out
 
-    def resample(self, resampler, keys: Sequence[str], client_draws, model_draws):
-        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd_resample``)."""
-        from distrank.clients import average
-        from distrank.metrics.kd_resample import resampled_kernel_sums, row_counts
+    def check_resample(self, options) -> None:
+        from distrank.metrics.kd import sums as kd_
 
-        o, ys = resampler.opts, list(resampler.ys.values())
-        counts = np.zeros((client_draws[0].shape[0], resampler.x.shape[0]), dtype=np.int64)
-        for r, draws in zip(resampler.rows, client_draws):
+        kd_.check_full_sample(
+            options.kd_estimator, why=" (bootstrap KD re-weights the full samples)"
+        )
+
+    def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
+        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd.resample``)."""
+        from distrank.clients import average
+        from distrank.metrics.kd.resample import resampled_kernel_sums, row_counts
+
+        o, ys, groups = inputs.options, list(inputs.models.values()), inputs.groups
+        counts = np.zeros((client_draws[0].shape[0], inputs.reference.shape[0]), dtype=np.int64)
+        for c, draws in enumerate(client_draws):
+            r = groups.rows(c)
             counts[:, r] = row_counts(draws, len(r))
         sums = resampled_kernel_sums(
-            resampler.x,
-            resampler.groups.index,
+            inputs.reference,
+            groups.index,
             ys,
-            resampler.kernel,
+            inputs.kernel,
             counts,
             [row_counts(d, y.shape[0]) for d, y in zip(model_draws, ys)],
             estimator=o.kd_estimator,
             dtype=o.dtype,
-            device=resampler.device,
-            block_size=resampler.block_size,
+            device=inputs.device,
+            block_size=inputs.block_size,
         )
-        lam = resampler.groups.weights(o.weights)
+        lam = groups.weights(o.weights)
         out = []
         for s in sums:
             per_client, pooled = s.kd(o.kd_estimator)
@@ -145,4 +153,8 @@ KD_METRIC = Metric(
     # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball
     # replacing a row moves n_i KD_i by at most 4 (metrics.privacy.SUM_SENSITIVITY)
     secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, noisy=True, sensitivity=4.0),
+    provided="the clients used weights n_i/n, one kernel (a bandwidth fixed for all), the "
+    "same samples and a full-sample estimator",
+    pooled_from="kernel sums across clients (its offset)",
+    spreads=("kd_std",),
 )

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import column_mean, resolve_device, work_dtype
-from distrank.metrics import kd as kd_
+from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
+from distrank.metrics.kd import sums as kd_
 from distrank.metrics.kernels import Kernel
 
 __all__ = ["resampled_kernel_sums", "row_counts"]
@@ -27,21 +27,22 @@ def resampled_kernel_sums(
     model_counts: Sequence,
     *,
     estimator: str,
-    dtype: str = "float64",
+    dtype: str = "float32",
     device=None,
-    block_size: int = kd_.BLOCK_SIZE,
+    block_size: int | None = None,
 ) -> list[kd_.KernelSums]:
     """Kernel sums whose ``kd(estimator)`` is each resample's KD (module doc), for B
     resamples given by row counts.
 
     ``reference`` (n, d), ``client_index`` (n,) in 0..k-1 and ``models`` ((m_g, d)
-    arrays) are those of ``kd.kernel_sums``; ``reference_counts`` is (B, n), the
+    arrays) are those of ``kd.sums.kernel_sums``; ``reference_counts`` is (B, n), the
     times each reference row is drawn in each resample (summing to n_i over client
     i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
     formed in ``dtype``; the forms are accumulated in float64.
     """
     kd_.check_full_sample(estimator)
     dev, dt = resolve_device(device), work_dtype(dtype)
+    block_size = product_rows(block_size, dt.itemsize)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
     center = column_mean(x).to(dt) if kernel.translation_invariant else None
     if center is not None:  # less cancellation, the same kernel values

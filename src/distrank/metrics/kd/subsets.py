@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import column_mean, resolve_device, work_dtype
+from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
 from distrank.metrics.kernels import Kernel
 
 ACC = torch.float64
@@ -226,9 +226,9 @@ def subset_kd(
     n_subsets: int = 100,
     subset_size: int = 1000,
     seed: int = 0,
-    dtype: str = "float64",
+    dtype: str = "float32",
     device=None,
-    block_size: int = 4096,
+    block_size: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and std (ddof=0) of KD over the subsets, each (models, 1 + clients).
 
@@ -246,6 +246,6 @@ def subset_kd(
         n_subsets=n_subsets,
         subset_size=subset_size,
         seed=seed,
-        block_size=block_size,
+        block_size=product_rows(block_size, dt.itemsize),
     )
     return values.mean(axis=2), values.std(axis=2)

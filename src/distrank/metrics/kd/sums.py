@@ -25,13 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
+from distrank._arrays import as_features, column_mean, product_rows, resolve_device, work_dtype
 from distrank._checks import TooFewRows
 from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
 from distrank.metrics.metric import ESTIMATORS, FULL_SAMPLE_ESTIMATORS, kd_rows
-from distrank.metrics.subsets import subset_kd
-
-BLOCK_SIZE = 4096  # rows of one kernel block: 64 MiB in float32
 
 
 def check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
@@ -130,7 +127,7 @@ def kernel_sums(
     *,
     dtype: str = "float32",
     device=None,
-    block_size: int = BLOCK_SIZE,
+    block_size: int | None = None,
 ) -> KernelSums:
     """All the kernel sums of KD for the pooled reference, its clients and each model.
 
@@ -144,6 +141,7 @@ def kernel_sums(
     PRDC's own products. S_XX and S_YY are symmetric: only blocks on or above the
     diagonal are formed.
     """
+    block_size = product_rows(block_size, work_dtype(dtype).itemsize)
     builder = _pooled(reference, client_index, kernel, device, dtype, block_size)
     for y in models:
         builder.add_model(torch.as_tensor(y), block_size)
@@ -305,9 +303,9 @@ class KDObjective:
         kernel: Kernel,
         *,
         estimator: str = "unbiased",
-        dtype: str = "float64",
+        dtype: str = "float32",
         device=None,
-        block_size: int = BLOCK_SIZE,
+        block_size: int | None = None,
     ):
         x = as_features(reference, "reference")
         index = np.asarray(client_index)
@@ -324,7 +322,7 @@ class KDObjective:
         sizes = np.bincount(index)
         check_sizes({f"reference: client {c}": int(n) for c, n in enumerate(sizes)}, estimator)
         self.kernel, self.estimator = kernel, estimator
-        self.block_size = positive_int(block_size, "block_size")
+        self.block_size = product_rows(block_size, work_dtype(dtype).itemsize)
         self._sums = _pooled(x, index, kernel, device, dtype, self.block_size)
         self.client_sizes = torch.as_tensor(sizes, dtype=torch.float64, device=self._sums.xx.device)
 
@@ -363,9 +361,9 @@ def kernel_distance(
     kernel: str = "poly",
     kernel_params=None,
     estimator: str = "unbiased",
-    dtype: str = "float64",
+    dtype: str = "float32",
     device=None,
-    block_size: int = BLOCK_SIZE,
+    block_size: int | None = None,
 ) -> float:
     """KD(X, Y) of one pair on the full samples (U- or V-statistic, see the module doc).
 
@@ -386,41 +384,6 @@ def kernel_distance(
         block_size=block_size,
     )
     return float(sums.kd(estimator)[1][0])
-
-
-def kd_subsets(
-    x,
-    y,
-    kernel: Kernel,
-    *,
-    n_subsets: int = 100,
-    subset_size: int = 1000,
-    seed: int = 0,
-    dtype: str = "float64",
-    device=None,
-) -> tuple[float, float]:
-    """KID-style KD: mean and std (ddof=0) of the U-statistic over random subsets.
-
-    Each of ``n_subsets`` draws takes ``subset_size`` rows of Y, then of X, without
-    replacement from ``numpy.random.RandomState(seed)``, in the order of
-    torch-fidelity's ``kid_features_to_metric(Y, X, rng_seed=seed)``, so the same
-    seed draws the same subsets (Binkowski et al., "Demystifying MMD GANs", 2018).
-    Unlike the full-sample estimators, averaging these over clients matches KD_all
-    only in expectation.
-    """
-    x_t, y_t = as_features(x, "x"), as_features(y, "y")
-    mean, std = subset_kd(
-        x_t,
-        None,
-        [y_t],
-        kernel,
-        n_subsets=n_subsets,
-        subset_size=subset_size,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-    )
-    return float(mean[0, 0]), float(std[0, 0])
 
 
 def check_sizes(sizes: dict[str, int], estimator: str, subset_size: int | None = None) -> None:

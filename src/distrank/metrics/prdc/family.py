@@ -1,24 +1,24 @@
 """Precision, Recall, Density and Coverage: one family, four metrics.
 
-plain: one blocked pass over the distance blocks (``prdc.prdc``); with Recall and one
+plain: one blocked pass over the distance blocks (``prdc.scores.prdc``); with Recall and one
 of the other three it forms every product KD's sums need, so it feeds them
 (``Run.feeds_products``). partitions: the distance blocks of each model serve every
-partition (``prdc_partitions.partition_prdc``).
+partition (``prdc.partitions.partition_prdc``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.families.base import Family, Inputs, Partitioned, Run, Values, WeightedSum
-from distrank.metrics.metric import EXACT, Metric, Rows
+from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
+from distrank.metrics.metric import EXACT, Metric, prdc_rows
 
 
 class PRDC(Family):
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
         import numpy as np
 
-        from distrank.metrics.prdc import prdc
+        from distrank.metrics.prdc.scores import prdc
 
         o, groups = inputs.options, inputs.groups
 
@@ -32,7 +32,7 @@ class PRDC(Family):
                 metrics=keys,
                 dtype=o.dtype,
                 device=inputs.device,
-                block_rows=inputs.block_size,
+                block_size=inputs.block_size,
                 products=products,
             )
             clients = [str(c) for c in range(len(groups.names))]
@@ -50,9 +50,9 @@ class PRDC(Family):
         # Recall's model radii and another metric's reference radii: every product KD needs
         return Run(compute, feeds_products="recall" in keys and len(keys) > 1)
 
-    def partitions(self, inputs: Partitioned, keys: Sequence[str]) -> dict[str, Values]:
+    def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values]:
         from distrank._arrays import work_dtype
-        from distrank.metrics.prdc_partitions import partition_prdc
+        from distrank.metrics.prdc.partitions import partition_prdc
 
         o = inputs.options
         return partition_prdc(
@@ -67,29 +67,27 @@ class PRDC(Family):
         )
 
 
-def _metric(key: str, k: str, on: str, **verdict) -> Metric:
-    """A metric of this family, higher is better; it needs k + 1 rows (``k`` the option
-    ``pr_k`` or ``dc_k``) in each client (``on="client"``) or model for its k-NN radii."""
-
-    def needs(options) -> Rows:
-        value = getattr(options, k)
-        return Rows(**{on: value + 1}, why=f"k={value} nearest neighbours")
-
-    return Metric(key, key.capitalize(), True, _FAMILY, needs, **verdict)
+def _metric(key: str, **verdict) -> Metric:
+    """A metric of this family, higher is better, with the rows its k-NN radii need
+    (``metric.prdc_rows``)."""
+    return Metric(
+        key,
+        key.capitalize(),
+        True,
+        _FAMILY,
+        lambda options: prdc_rows(key, options.pr_k, options.dc_k),
+        **verdict,
+    )
 
 
 _FAMILY = PRDC()
 PRECISION = _metric(
     "precision",
-    "pr_k",
-    "client",
     why_not="Precision counts generated samples inside the reference manifold, whose k-NN "
     "radii differ between each client and the pool.",
 )
 RECALL = _metric(
     "recall",
-    "pr_k",
-    "model",
     agrees=EXACT,
     consistent="exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
     "the clients)",
@@ -98,15 +96,11 @@ RECALL = _metric(
 )
 DENSITY = _metric(
     "density",
-    "dc_k",
-    "client",
     why_not="Density counts generated samples in reference k-NN balls, whose radii differ "
     "between each client and the pool.",
 )
 COVERAGE = _metric(
     "coverage",
-    "dc_k",
-    "client",
     why_not="Coverage uses the k-NN radii of the reference rows, which differ between each "
     "client and the pool.",
 )

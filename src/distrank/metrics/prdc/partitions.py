@@ -2,9 +2,9 @@
 
 The squared distances between reference and generated rows, the models' k-NN radii,
 Recall's hits and each reference row's nearest generated row are the same for every
-partition (the definitions are in :mod:`distrank.metrics.prdc`); a partition only
+partition (the definitions are in :mod:`distrank.metrics.prdc.scores`); a partition only
 changes the reference radii (k-NN within each client) and which rows count together.
-The values equal those of :func:`distrank.metrics.prdc.prdc` on each partition afresh.
+The values equal those of :func:`distrank.metrics.prdc.scores.prdc` on each partition afresh.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrank._arrays import column_mean
+from distrank._arrays import column_mean, product_rows
 from distrank.metrics.kernels import sq_euclidean, sq_norms
-from distrank.metrics.prdc import _check_block, _knn_sq_radii
+from distrank.metrics.prdc.scores import _knn_sq_radii
 
 __all__ = ["partition_prdc"]
 
@@ -32,7 +32,7 @@ def partition_prdc(x, groups: Mapping, ys: Mapping, wanted, pr_k, dc_k, dt, dev)
     ref = x.to(device=dev, dtype=dt, copy=True)
     center = column_mean(ref).to(dt)
     ref -= center  # as prdc.prdc: distances unchanged, less cancellation
-    block = _check_block(None, dt.itemsize)  # prdc.prdc's blocks: the same radii
+    block = product_rows(None, dt.itemsize)  # prdc.prdc's blocks: the same radii
     ref_sq = sq_norms(ref)
     ks = sorted(
         {pr_k for m in wanted if m == "precision"}
@@ -75,7 +75,7 @@ class _Split:
 
 class _Counts:
     """Per-client hit counts of one split and one model, summed block by block in the
-    float64 arithmetic of :mod:`distrank.metrics.prdc` (counts are exact)."""
+    float64 arithmetic of :mod:`distrank.metrics.prdc.scores` (counts are exact)."""
 
     def __init__(self, split: _Split, wanted, pr_k: int, dc_k: int, m: int):
         f64, dev = torch.float64, split.index.device

@@ -38,15 +38,20 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from distrank._arrays import as_features, column_mean, positive_int, resolve_device, work_dtype
+from distrank._arrays import (
+    as_features,
+    check_models,
+    column_mean,
+    product_rows,
+    resolve_device,
+    work_dtype,
+)
+from distrank._checks import positive_int
 from distrank.clients import client_groups
 from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
-from distrank.metrics.metric import PRDC as METRICS
-from distrank.metrics.metric import check_metrics, check_rows
-from distrank.metrics.options import ScoreOptions
+from distrank.metrics.metric import PRDC, check_names, check_sizes, prdc_rows
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
-_BLOCK_ELEMENTS = 2**24
 
 
 def prdc(
@@ -54,54 +59,57 @@ def prdc(
     clients,
     models: Mapping[str, object],
     *,
-    pr_k: int = ScoreOptions.pr_k,
-    dc_k: int = ScoreOptions.dc_k,
-    metrics: Sequence[str] = METRICS,
-    dtype: str = ScoreOptions.dtype,
+    pr_k: int = 3,
+    dc_k: int = 5,
+    metrics: Sequence[str] = PRDC,
+    dtype: str = "float32",
     device=None,
-    block_rows: int | None = None,
+    block_size: int | None = None,
     products=None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Score every model against the pooled reference and against each client.
 
-    Args:
-        reference: (n, d) numpy or torch array of reference features.
-        clients: (n,) client label (int or str) of each reference row.
-        models: model name -> (m, d) array of generated features.
-        pr_k: k of the k-NN radii for Precision and Recall.
-        dc_k: k of the k-NN radii for Density and Coverage.
-        metrics: a subset of ``("precision", "recall", "density", "coverage")``.
-        dtype: ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
-        device: torch device (``None``: CUDA if available, else CPU).
-        block_rows: rows of one distance block (``None``: sized to a fixed budget).
-        products: a :class:`~distrank.metrics.kd.SumsBuilder`, given every product
-            block this pass forms, in ``kd.kernel_sums``' order, so that KD needs no
-            GEMM of its own; needs ``recall`` and one of the other three metrics.
+    Parameters
+    ----------
+    reference, clients, models, device, block_size
+        as in :func:`distrank.metrics.score` (``block_size``: rows of a distance block).
+    pr_k, dc_k
+        k of the k-NN radii for Precision and Recall, and for Density and Coverage.
+    metrics
+        a subset of ``("precision", "recall", "density", "coverage")``.
+    dtype
+        ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
+    products
+        a :class:`~distrank.metrics.kd.sums.SumsBuilder`, given every product
+        block this pass forms, in ``kd.sums.kernel_sums``' order, so that KD needs no
+        GEMM of its own; needs ``recall`` and one of the other three metrics.
 
-    Returns:
+    Returns
+    -------
+    dict
         ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``.
 
-    Raises:
-        ValueError: non-finite features, mismatched dimensions, an empty model, a
-            client (or model) with fewer than k + 1 rows, a bad metric name or option.
+    Raises
+    ------
+    ValueError
+        non-finite features, mismatched dimensions, an empty model, a
+        client (or model) with fewer than k + 1 rows, a bad metric name or option.
     """
-    wanted = check_metrics(metrics, METRICS)
+    wanted = check_names(metrics, PRDC)
     pr_k = positive_int(pr_k, "pr_k")
     dc_k = positive_int(dc_k, "dc_k")
     dtype_ = work_dtype(dtype)
-    if not isinstance(models, Mapping) or not models:
-        raise ValueError("models: expected a non-empty mapping of name -> (m, d) array")
     device = resolve_device(device)
-    block = _check_block(block_rows, dtype_.itemsize)
+    block = product_rows(block_size, dtype_.itemsize)
 
     # Validate everything before any heavy computation.
     reference = as_features(reference, "reference")
     n, d = reference.shape
-    fakes = _check_models(models, d)
+    fakes = check_models(models, d)
     labels, groups, order = _client_groups(clients, n)
     sizes = {("client", label): b - a for label, (a, b) in zip(labels, groups)}
     sizes |= {("model", name): y.shape[0] for name, y in fakes.items()}
-    check_rows(sizes, ScoreOptions(metrics=wanted, pr_k=pr_k, dc_k=dc_k))
+    check_sizes(sizes, {m: prdc_rows(m, pr_k, dc_k) for m in wanted})
     ref_ks = _reference_ks(wanted, pr_k, dc_k, products)
 
     # Rows grouped by client, so that a client is a slice; all data centred on the
@@ -127,18 +135,6 @@ def prdc(
     return result
 
 
-def _check_models(models: Mapping, d: int) -> dict:
-    """The models' features, each of dimension ``d``."""
-    fakes = {name: as_features(y, f"models[{name!r}]") for name, y in models.items()}
-    for name, y in fakes.items():
-        if y.shape[1] != d:
-            raise ValueError(
-                f"models[{name!r}]: dimension {y.shape[1]} does not match "
-                f"the reference dimension {d}"
-            )
-    return fakes
-
-
 def _reference_ks(wanted, pr_k: int, dc_k: int, products) -> list[int]:
     """k of the reference radii, pooled and within every client. ``products`` needs
     the pooled reference's blocks (these radii) and each model's (recall's radii)."""
@@ -152,13 +148,6 @@ def _reference_ks(wanted, pr_k: int, dc_k: int, products) -> list[int]:
             "precision, density, coverage are wanted"
         )
     return ks
-
-
-def _check_block(block_rows, itemsize: int) -> int:
-    if block_rows is None:
-        # Square blocks within the element budget (float32: 4096 rows).
-        return int(np.sqrt(_BLOCK_ELEMENTS * 4 // itemsize)) // 256 * 256
-    return positive_int(block_rows, "block_rows")
 
 
 def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], np.ndarray]:

@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 from distrank._checks import positive_int
-from distrank.metrics.sketch import VERSION, Sketch
+from distrank.metrics.sketch.maps import VERSION, Sketch
 
 DEGREE = 3
 #: the metadata fields two TensorSketches scored together must share
