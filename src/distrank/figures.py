@@ -10,8 +10,9 @@
   timestamps, so the same figure gives the same bytes.
 
 It also holds the figures that more than one layer draws: E1's and E6's all-vs-avg
-scatters (:func:`e1_figure`, :func:`e6_figure`), which the experiments save and the
-consistency page of ``distrank report`` redraws for the user's models.
+scatters (:func:`e1_figure`, :func:`e6_figure`) and the per-model tables they draw
+(:func:`per_model`, :func:`e1_table`, :func:`e6_table`), which the experiments save and
+the consistency page of ``distrank report`` redraws for the user's models.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from distrank._io import atomic_write_bytes, output_path  # noqa: E402
-from distrank.metrics.ranking import discordant_pairs  # noqa: E402
-from distrank.metrics.registry import DISPLAY, PRDC, display  # noqa: E402
+from distrank.metrics import table as score_table  # noqa: E402
+from distrank.metrics.metric import PRDC  # noqa: E402
+from distrank.metrics.ranking import discordant_pairs, rank_models  # noqa: E402
+from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display  # noqa: E402
 
 __all__ = [
     "SINGLE_COLUMN_IN",
@@ -44,7 +47,10 @@ __all__ = [
     "metric_name",
     "metric_label",
     "save",
+    "per_model",
+    "e1_table",
     "e1_figure",
+    "e6_table",
     "e6_figure",
     "samples_grid",
 ]
@@ -153,7 +159,59 @@ def save(
     return paths
 
 
-# --- figures shared by the experiments and the report ----------------------------------
+# --- tables and figures shared by the experiments and the report -----------------------
+
+
+def per_model(
+    scores: pd.DataFrame, metrics: Sequence[str], *, difference: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per model and the per-metric rank agreement (:func:`~distrank.metrics.table.rank_agreement`).
+
+    Columns: ``model``; per metric ``<M>_all``, ``<M>_avg`` and ``<M>_gap``
+    (``avg - all``, ``difference="gap"``) or ``<M>_absdiff`` (``|all - avg|``); then
+    ``<M>_all_rank``, ``<M>_avg_rank`` (1 = best). Rows are sorted by model name.
+    """
+    if difference not in ("gap", "absdiff"):
+        raise ValueError(f"difference: expected 'gap' or 'absdiff', got {difference!r}")
+    wide = score_table.wide(scores, metrics)
+    names = [display(m) for m in metrics]
+    table = wide[["model"]].copy()
+    for name in names:
+        all_, avg = wide[f"{name}_all"], wide[f"{name}_avg"]
+        table[f"{name}_all"], table[f"{name}_avg"] = all_, avg
+        table[f"{name}_{difference}"] = avg - all_ if difference == "gap" else (all_ - avg).abs()
+    for metric, name in zip(metrics, names):
+        for agg in ("all", "avg"):
+            table[f"{name}_{agg}_rank"] = rank_models(
+                wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric]
+            )
+    return table, score_table.rank_agreement(wide, metrics)
+
+
+def e1_table(
+    scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-model aggregates and per-metric rank agreement for E1.
+
+    Parameters
+    ----------
+    scores : tidy score table (``model, metric, aggregation, client, value``) with
+        ``all`` and ``avg`` rows for every model and metric.
+    metrics : metric keys to tabulate, distances first (``"kd"``, ``"fd"``).
+
+    Returns
+    -------
+    per_model : :func:`per_model` with ``<M>_gap`` (``avg - all``),
+        sorted by the first metric's ``all`` rank (best first).
+    agreement : per metric ``kendall_tau`` (tau-b of avg vs all), ``p_value``,
+        ``n_models``, ``rank_flips`` (discordant model pairs).
+    """
+    table, agreement = per_model(scores, metrics, difference="gap")
+    first = display(metrics[0])
+    table = table.sort_values([f"{first}_all_rank", "model"], kind="mergesort").reset_index(
+        drop=True
+    )
+    return table, agreement
 
 
 def _slope_one_fit(ax, x: np.ndarray, y: np.ndarray, unit: str) -> float:
@@ -220,6 +278,23 @@ def _model_points(ax, x, y) -> None:
         x, y, s=16, color="tab:blue", edgecolor="white", linewidth=0.4, zorder=3,
         label=f"model ({len(x)})",
     )  # fmt: skip
+
+
+def e6_table(
+    scores: pd.DataFrame, metrics: Sequence[str] = PRDC
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-model PRDC in both aggregations, and per-metric rank agreement.
+
+    Returns
+    -------
+    per_model : :func:`per_model` with ``<M>_absdiff``
+        (:math:`|all - avg|`), sorted by model name.
+    agreement : per metric ``kendall_tau`` (avg vs all), ``p_value``, ``n_models``,
+        ``rank_flips``, ``max_absdiff`` (largest :math:`|all - avg|` over models).
+    """
+    table, agreement = per_model(scores, metrics, difference="absdiff")
+    agreement["max_absdiff"] = [float(table[f"{display(m)}_absdiff"].max()) for m in metrics]
+    return table, agreement
 
 
 def e6_figure(table: pd.DataFrame, extractor: str, metrics: Sequence[str] = PRDC) -> Figure:

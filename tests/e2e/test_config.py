@@ -149,7 +149,7 @@ def test_the_schemas_model_kinds_are_the_zoos():
 
 def test_the_schemas_e4_family_kinds_are_the_sweeps():
     from distrank import zoo
-    from distrank.experiments.e4_diversity_sweep import FAMILY_KINDS, FEATURE_KINDS
+    from distrank.experiments.e4_diversity_sweep.sweep import FAMILY_KINDS, FEATURE_KINDS
 
     e4 = schema()["properties"]["experiments"]["properties"]["E4"]["properties"]
     enum = e4["families"]["additionalProperties"]["properties"]["kind"]["enum"]

@@ -5,8 +5,7 @@ import pytest
 from experiments_testkit import clustered_clients, score_models, tidy
 from scipy import stats
 
-from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
-from distrank.figures import save
+from distrank.figures import e1_figure, e1_table, save
 
 
 @pytest.fixture(scope="module")

@@ -12,24 +12,28 @@ import pytest
 from experiments_testkit import clustered_clients, fd_scipy
 
 from distrank import experiments
-from distrank.experiments.e4_diversity_sweep import (
-    e4_curves,
+from distrank.experiments.e4_diversity_sweep.figures import (
     e4_figure,
     e4_samples_figure,
-    e4_table,
     e4_terms_figure,
-    fd_curves,
+)
+from distrank.experiments.e4_diversity_sweep.steps import (
     partition_classes,
     sweep_inputs,
-    sweep_models,
-    theorem2_check,
-    theory_table,
     write_fd,
     write_fitted,
     write_sweep,
 )
+from distrank.experiments.e4_diversity_sweep.sweep import (
+    e4_curves,
+    e4_table,
+    fd_curves,
+    sweep_models,
+    theorem2_check,
+    theory_table,
+)
 from distrank.metrics import score
-from distrank.metrics.fd_settings import FdSettings, between_classes
+from distrank.metrics.fd.settings import FdSettings, between_classes
 from distrank.zoo.feature_space import fitted_samples, pull_to_class_means
 
 SETTINGS = {

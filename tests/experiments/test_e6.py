@@ -6,8 +6,8 @@ import pytest
 from experiments_testkit import clustered_clients, tidy
 from scipy import stats
 
-from distrank.experiments.e6_prdc import PRDC, e6_figure, e6_table
-from distrank.figures import save
+from distrank.figures import e6_figure, e6_table, save
+from distrank.metrics.metric import PRDC
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Shared helpers of distrank.experiments: wide tables, ranks, rank agreement."""
+"""Helpers the experiments share, from distrank.metrics.table and .ranking: wide tables,
+ranks, rank agreement; and distrank.experiments.named_on."""
 
 import itertools
 
@@ -8,7 +9,8 @@ import pytest
 from experiments_testkit import tidy
 from scipy import stats
 
-from distrank.experiments import aggregates_wide, discordant_pairs, rank_agreement, rank_models
+from distrank.metrics.ranking import discordant_pairs, rank_models
+from distrank.metrics.table import rank_agreement, wide
 
 
 def _scores(fd_all, fd_avg):
@@ -22,26 +24,26 @@ def _scores(fd_all, fd_avg):
     return tidy(rows)
 
 
-def test_aggregates_wide_one_row_per_model():
-    wide = aggregates_wide(_scores([3.0, 1.0], [4.0, 2.5]), ["fd"])
-    assert wide.columns.tolist() == ["model", "FD_all", "FD_avg"]
-    assert wide.to_dict("list") == {
+def test_wide_one_row_per_model():
+    table = wide(_scores([3.0, 1.0], [4.0, 2.5]), ["fd"])
+    assert table.columns.tolist() == ["model", "FD_all", "FD_avg"]
+    assert table.to_dict("list") == {
         "model": ["m0", "m1"],
         "FD_all": [3.0, 1.0],
         "FD_avg": [4.0, 2.5],
     }
 
 
-def test_aggregates_wide_rejects_missing_and_duplicates():
+def test_wide_rejects_missing_and_duplicates():
     scores = _scores([1.0, 2.0], [1.0, 2.0])
     with pytest.raises(ValueError, match=r"^scores has no rows for metric\(s\) \['kd'\]"):
-        aggregates_wide(scores, ["kd"])
+        wide(scores, ["kd"])
     with pytest.raises(ValueError, match=r"^models \['m1'\] lack an all or avg score$"):
-        aggregates_wide(scores[~((scores.model == "m1") & (scores.aggregation == "avg"))], ["fd"])
+        wide(scores[~((scores.model == "m1") & (scores.aggregation == "avg"))], ["fd"])
     with pytest.raises(ValueError, match=r"^duplicate score rows: "):
-        aggregates_wide(pd.concat([scores, scores.iloc[:1]]), ["fd"])
+        wide(pd.concat([scores, scores.iloc[:1]]), ["fd"])
     with pytest.raises(ValueError, match=r"^scores lacks columns \['client'\]"):
-        aggregates_wide(scores.drop(columns="client"), ["fd"])
+        wide(scores.drop(columns="client"), ["fd"])
 
 
 def test_rank_models_matches_scipy_rankdata():

@@ -280,9 +280,7 @@ for key in ("E1", "E6"):
 
 FIGURE_SCRIPT = """\
 import pandas as pd
-from distrank.experiments.e1_kd_consistency import e1_figure, e1_table
-from distrank.experiments.e6_prdc import e6_figure, e6_table
-from distrank.figures import save
+from distrank.figures import e1_figure, e1_table, e6_figure, e6_table, save
 
 rows = []
 for i, model in enumerate(["a", "b", "c", "d"]):

@@ -1,7 +1,8 @@
 """Experiments: score tables (or settings) in, result tables and figures out.
 
-Every experiment is one module here named ``e<n>_<what_it_is>.py``; the file name
-is its registration: key ``E<n>``, output stem ``E<n>_<what_it_is>``
+Every experiment is one module here named ``e<n>_<what_it_is>.py`` (or a package
+``e<n>_<what_it_is>/``); the name is its registration, one module a key: key ``E<n>``,
+output stem ``E<n>_<what_it_is>``
 (``results/<study>/<stem><suffix>.{csv,md,tex}``, ``figures/<study>/<stem><suffix>.{pdf,png}``).
 A module defines
 
@@ -19,9 +20,7 @@ its config section, ``context`` what every experiment may use (``extractor``,
 that makes its inputs (E2's feature-space models, E5's training, ...): ``fn(job)``
 gets a :class:`Job`. ``scripts/experiment.py`` runs both (:func:`run_rule`). Pure
 functions do the work; ``run`` and the steps only load and call them. This module
-also holds the helpers they share, over the tidy score table of
-:mod:`distrank.metrics.table` (whose pivot, rankings and all/avg agreement it
-re-exports): one row per model with its ranks.
+also holds the helpers they share.
 """
 
 from __future__ import annotations
@@ -34,12 +33,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, METRIC_KEYS, display
-from distrank.metrics.table import COLUMNS as SCORE_COLUMNS
-from distrank.metrics.table import check as check_scores
-from distrank.metrics.table import rank_agreement
-from distrank.metrics.table import wide as aggregates_wide
+from distrank.metrics.metric import METRIC_KEYS
+from distrank.metrics.registry import DISPLAY, display
 
 __all__ = [
     "EXPERIMENTS",
@@ -48,19 +43,12 @@ __all__ = [
     "Job",
     "get",
     "run_rule",
-    "SCORE_COLUMNS",
-    "check_scores",
-    "aggregates_wide",
-    "per_model",
     "named_on",
     "zoo_scores",
     "check_partition",
     "check_model",
     "labelled",
     "collected",
-    "rank_models",
-    "discordant_pairs",
-    "rank_agreement",
 ]
 
 
@@ -128,7 +116,7 @@ class Experiment:
 
     @property
     def steps(self) -> dict:
-        """Its pre-steps: rule name (``e<n>_...``) -> function of a :class:`Job`."""
+        """Its pre-steps, rule name (``e<n>_...``) -> function of a :class:`Job`."""
         steps = dict(getattr(self.module, "STEPS", {}))
         prefix = f"{self.key.lower()}_"
         wrong = [name for name in steps if not name.startswith(prefix)]
@@ -205,12 +193,20 @@ def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
     return collect(inputs["avg"], inputs["all"], context["models"])
 
 
-def _discover() -> dict[str, Experiment]:
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
+def _discover(path: Sequence[str] | None = None) -> dict[str, Experiment]:
+    """The experiments in ``path`` (default: this package's folder) by key, in numeric
+    order: every module or package named ``e<n>_<name>``; two of one key are an error."""
+    found: dict[str, Experiment] = {}
+    for info in pkgutil.iter_modules(__path__ if path is None else path):
         match = re.fullmatch(r"e(\d+)_(\w+)", info.name)
         if match:
             exp = Experiment(f"E{match[1]}", match[2])
+            if exp.key in found:
+                first = f"{exp.key.lower()}_{found[exp.key].name}"
+                raise RuntimeError(
+                    f"experiments: modules {first!r} and {info.name!r} both register "
+                    f"{exp.key}; rename or remove one"
+                )
             found[exp.key] = exp
     return dict(sorted(found.items(), key=lambda kv: int(kv[0][1:])))
 
@@ -257,29 +253,3 @@ def named_on(table: pd.DataFrame, extractor: str | None) -> pd.DataFrame:
         cells = names | {old.lower(): new for old, new in names.items()}
         table["metric"] = table["metric"].map(lambda v: cells.get(v, v))
     return table
-
-
-def per_model(
-    scores: pd.DataFrame, metrics: Sequence[str], *, difference: str
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per model and the per-metric rank agreement (:func:`~distrank.metrics.table.rank_agreement`).
-
-    Columns: ``model``; per metric ``<M>_all``, ``<M>_avg`` and ``<M>_gap``
-    (``avg - all``, ``difference="gap"``) or ``<M>_absdiff`` (``|all - avg|``); then
-    ``<M>_all_rank``, ``<M>_avg_rank`` (1 = best). Rows are sorted by model name.
-    """
-    if difference not in ("gap", "absdiff"):
-        raise ValueError(f"difference: expected 'gap' or 'absdiff', got {difference!r}")
-    wide = aggregates_wide(scores, metrics)
-    names = [display(m) for m in metrics]
-    table = wide[["model"]].copy()
-    for name in names:
-        all_, avg = wide[f"{name}_all"], wide[f"{name}_avg"]
-        table[f"{name}_all"], table[f"{name}_avg"] = all_, avg
-        table[f"{name}_{difference}"] = avg - all_ if difference == "gap" else (all_ - avg).abs()
-    for metric, name in zip(metrics, names):
-        for agg in ("all", "avg"):
-            table[f"{name}_{agg}_rank"] = rank_models(
-                wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric]
-            )
-    return table, rank_agreement(wide, metrics)

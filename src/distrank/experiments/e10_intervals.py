@@ -31,7 +31,8 @@ from matplotlib.ticker import SymmetricalLogLocator
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import metric_name, new_figure, paper_style
-from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
+from distrank.metrics.metric import PRDC
+from distrank.metrics.registry import HIGHER_IS_BETTER, display
 
 __all__ = [
     "TABLES",

@@ -2,7 +2,7 @@ r"""E11 (beyond the paper): one private kernel mean sketch per site ranks the wh
 
 KD is :math:`\|\mu_P - \mu_G\|^2`; with D random Fourier features each site publishes its
 mean sketch :math:`s_i` once and the server scores every model from the pooled
-:math:`s = \sum_i \lambda_i s_i` (:mod:`distrank.metrics.sketch`). On E9's zoo, partition
+:math:`s = \sum_i \lambda_i s_i` (:mod:`distrank.metrics.sketch.maps`). On E9's zoo, partition
 and clients (E9's subsample of ``client_size`` rows of each), E11 measures
 
 - without noise, for each D of ``dims``: the largest relative error of sketch KD against
@@ -48,6 +48,7 @@ from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs, check_model, check_partition
 from distrank.experiments.e9_private_ranking import e9_table, kernel_inputs, nested_subsamples
 from distrank.figures import new_figure, paper_style
+from distrank.metrics.ranking import tau_b
 
 __all__ = ["check", "run", "sketch_scores", "agreement", "flip_probability", "bytes_per_site"]
 __all__ += ["clip_rows", "moment_sensitivity", "fd_from_moments", "e11_table", "e11_figure"]
@@ -84,7 +85,7 @@ def threshold(n_sites: int) -> int:
 
 
 def sketch_scores(pooled, n: int, models, model_sizes) -> np.ndarray:
-    """Sketch KD (:func:`distrank.metrics.sketch.sketch_kd`) of each model, (..., M), from
+    """Sketch KD (:func:`distrank.metrics.sketch.maps.sketch_kd`) of each model, (..., M), from
     pooled mean sketches ``pooled`` (..., D) of n rows and ``models`` (M, D) of m_G rows."""
     s, t = np.asarray(pooled, np.float64), np.asarray(models, np.float64)
     m = np.asarray(model_sizes, np.float64)
@@ -97,8 +98,6 @@ def agreement(scores, truth) -> dict:
     ``truth``'s: P(same order) with its Clopper-Pearson 95 % interval, P(same best),
     Kendall tau-b (mean, std)."""
     from scipy import stats
-
-    from distrank.metrics.ranking import tau_b
 
     scores, truth = np.atleast_2d(scores), np.asarray(truth, np.float64)
     same = np.all(np.argsort(scores, axis=1) == np.argsort(truth), axis=1)
@@ -145,9 +144,9 @@ def _load(job: Job):
 def sketches_centralized(job: Job) -> None:
     """Pre-step ``e11_sketches_centralized``: the exact client and pooled KD of every model
     (E9's :func:`kernel_inputs` at ``client_size``), and every client's and model's mean
-    sketch at the largest D (the others are nested: :func:`distrank.metrics.sketch.truncate`)."""
+    sketch at the largest D (the others are nested: :func:`distrank.metrics.sketch.maps.truncate`)."""
     from distrank.metrics.kernels import median_bandwidth
-    from distrank.metrics.sketch import FeatureMap
+    from distrank.metrics.sketch.maps import FeatureMap
     from distrank.zoo import torch_session
 
     reference, owner, tier, models, settings, seed = _load(job)
@@ -189,11 +188,11 @@ def moment_sensitivity(clip_norm: float) -> float:
 def fd_from_moments(s1, s2, n: int, models: Sequence) -> np.ndarray:
     """FD of each model (``GaussianStats``) against the Gaussian of the summed moments
     ``s1`` = sum x and ``s2`` = sum x x^T of n rows, its covariance (ddof 1) symmetrised
-    and projected to PSD (:func:`~distrank.metrics.fd.sqrt_factor` keeps its positive
+    and projected to PSD (:func:`~distrank.metrics.fd.frechet.sqrt_factor` keeps its positive
     eigenvalues)."""
     import torch
 
-    from distrank.metrics.fd import GaussianStats, frechet_distances, sqrt_factor
+    from distrank.metrics.fd.frechet import GaussianStats, frechet_distances, sqrt_factor
 
     mean = np.asarray(s1) / n
     cov = (np.asarray(s2) - n * np.outer(mean, mean)) / (n - 1)
@@ -206,7 +205,7 @@ def fd_private(job: Job) -> None:
     moments without noise and with every site's noise (the k sites' Gaussians drawn as one
     of k times the variance; the outer products' noise symmetric, as a release of their
     upper triangle with off-diagonals times sqrt 2 gives), ``fd.n_draws`` per epsilon."""
-    from distrank.metrics.fd import frechet_distances, gaussian_stats
+    from distrank.metrics.fd.frechet import frechet_distances, gaussian_stats
     from distrank.metrics.privacy import noise_multiplier
     from distrank.zoo import torch_session
 
@@ -244,7 +243,7 @@ STEPS = {"e11_sketches_centralized": sketches_centralized, "e11_fd_private": fd_
 
 def _sketches(inputs: Mapping, dim: int):
     """The clients' sketches and the models' mean sketches (M, dim) at ``dim``."""
-    from distrank.metrics.sketch import FeatureMap, Sketch, truncate
+    from distrank.metrics.sketch.maps import FeatureMap, Sketch, truncate
 
     full, h = inputs["client_sketches"].shape[1], float(inputs["bandwidth"])
     meta = FeatureMap(int(inputs["input_dim"]), full, h, int(inputs["seed"])).meta()
@@ -258,8 +257,7 @@ def _sketches(inputs: Mapping, dim: int):
 def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
     """Without noise, per D: the largest ``|sketch KD - KD_all| / KD_all`` over the models,
     whether the ranking is KD_all's, and Kendall tau (``inputs``: the pre-step's arrays)."""
-    from distrank.metrics.ranking import tau_b
-    from distrank.metrics.sketch import pool
+    from distrank.metrics.sketch.maps import pool
 
     rows, kd_all = [], np.asarray(inputs["kd_all"])
     for dim in dims:
@@ -277,7 +275,7 @@ def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
 def _noisy_pool(protocol: str, clients, *, epsilon, delta, n_draws, rng):
     """(n_draws, D) pooled sketches under ``protocol``, and their noise std."""
     from distrank.metrics.privacy import release_sketch, sketch_sum_std
-    from distrank.metrics.sketch import Sketch, pool
+    from distrank.metrics.sketch.maps import Sketch, pool
 
     if protocol == "sketch":  # each site's own release, then pooled
         batch = [
@@ -296,7 +294,7 @@ def private_rows(
     """The two sketch protocols at the largest D, per epsilon: the draws' agreement with
     KD_all, and each adjacent pair's flip rate beside :func:`flip_probability` (noise from
     ``default_rng([seed, 11, p, i])``, p = 1 local, 2 secure, i the epsilon's index)."""
-    from distrank.metrics.sketch import pool
+    from distrank.metrics.sketch.maps import pool
 
     clients, models = _sketches(inputs, inputs["client_sketches"].shape[1])
     names, kd_all, m = inputs["models"], np.asarray(inputs["kd_all"]), inputs["model_sizes"]

@@ -20,12 +20,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from distrank.experiments import Outputs, collected, discordant_pairs, per_model, zoo_scores
-from distrank.figures import e1_figure, samples_grid
-from distrank.metrics.registry import METRIC_KEYS, display
+from distrank.experiments import Outputs, collected, zoo_scores
+from distrank.figures import e1_figure, e1_table, samples_grid
+from distrank.metrics.metric import METRIC_KEYS
+from distrank.metrics.ranking import discordant_pairs
+from distrank.metrics.registry import display
 from distrank.metrics.table import kendall_tau
 
-__all__ = ["across_networks", "e1_table", "e1_figure", "e1_samples", "read_per_model", "run"]
+__all__ = ["across_networks", "e1_figure", "e1_samples", "read_per_model", "run"]
 
 TABLES = ("", "_agreement")
 FIGURES = ("", "_samples")
@@ -59,34 +61,8 @@ def e1_samples(image_files: Sequence, reference) -> tuple[dict, list[int], list[
     return samples, classes, load_image_meta(reference).get("label_names")
 
 
-def e1_table(
-    scores: pd.DataFrame, metrics: Sequence[str] = ("kd", "fd")
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-model aggregates and per-metric rank agreement for E1.
-
-    Parameters
-    ----------
-    scores : tidy score table (``model, metric, aggregation, client, value``) with
-        ``all`` and ``avg`` rows for every model and metric.
-    metrics : metric keys to tabulate, distances first (``"kd"``, ``"fd"``).
-
-    Returns
-    -------
-    per_model : :func:`distrank.experiments.per_model` with ``<M>_gap`` (``avg - all``),
-        sorted by the first metric's ``all`` rank (best first).
-    agreement : per metric ``kendall_tau`` (tau-b of avg vs all), ``p_value``,
-        ``n_models``, ``rank_flips`` (discordant model pairs).
-    """
-    table, agreement = per_model(scores, metrics, difference="gap")
-    first = display(metrics[0])
-    table = table.sort_values([f"{first}_all_rank", "model"], kind="mergesort").reset_index(
-        drop=True
-    )
-    return table, agreement
-
-
 def read_per_model(paths: Sequence) -> pd.DataFrame:
-    """One study's per-model tables (E1's, E6's: :func:`~distrank.experiments.per_model`)
+    """One study's per-model tables (E1's, E6's: :func:`~distrank.figures.per_model`)
     joined on ``model``."""
     tables = [pd.read_csv(p).set_index("model") for p in paths]
     joined = tables[0]

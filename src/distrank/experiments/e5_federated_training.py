@@ -26,16 +26,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from distrank.experiments import (
-    Job,
-    Outputs,
-    aggregates_wide,
-    collected,
-    discordant_pairs,
-    per_model,
-    rank_agreement,
-)
-from distrank.figures import metric_label, metric_name, new_figure, paper_style
+from distrank.experiments import Job, Outputs, collected
+from distrank.figures import metric_label, metric_name, new_figure, paper_style, per_model
+from distrank.metrics import table as score_table
+from distrank.metrics.ranking import discordant_pairs
 from distrank.metrics.registry import display
 
 __all__ = [
@@ -52,7 +46,7 @@ __all__ = [
 TABLES = ("", "_agreement")
 FIGURES = ("", "_samples")
 
-#: The two trainings: FedAvg across the partition's clients, and the central baseline.
+#: The two trainings, FedAvg across the partition's clients and the central baseline.
 RUNS = ("fedavg", "central")
 _RUN_LABELS = {"fedavg": "FedAvg", "central": "central"}
 
@@ -188,7 +182,7 @@ def e5_table(
     -------
     per_checkpoint : ``run``, ``round``, ``model``, then per metric ``<M>_all``,
         ``<M>_avg``, ``<M>_gap`` (``avg - all``) and the ranks of
-        :func:`distrank.experiments.per_model` over all checkpoints; ordered by run
+        :func:`distrank.figures.per_model` over all checkpoints; ordered by run
         (:data:`RUNS`) and round.
     agreement : per ``checkpoints`` set (``"all"``: both runs, then each run) and
         metric: ``kendall_tau`` between the avg and all scores, ``p_value``,
@@ -204,10 +198,10 @@ def e5_table(
         ["run", "round"], key=lambda c: c.map(order) if c.name == "run" else c, kind="mergesort"
     ).reset_index(drop=True)
     parts = [agreement.assign(checkpoints="all")]
-    wide = aggregates_wide(scores, metrics)
+    wide = score_table.wide(scores, metrics)
     for run in RUNS:
         rows = wide["model"].map(lambda m: checkpoints[m][0] == run)  # noqa: B023
-        parts.append(rank_agreement(wide[rows], metrics).assign(checkpoints=run))
+        parts.append(score_table.rank_agreement(wide[rows], metrics).assign(checkpoints=run))
     agreement = pd.concat(parts, ignore_index=True)
     return table, agreement[["checkpoints", *agreement.columns.drop("checkpoints")]]
 

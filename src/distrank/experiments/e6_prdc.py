@@ -11,15 +11,13 @@ than each client's, so these need not agree (paper, Sec. "other metrics").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-import pandas as pd
+from distrank.experiments import Outputs, collected, zoo_scores
+from distrank.figures import e6_figure, e6_table
+from distrank.metrics.metric import PRDC
 
-from distrank.experiments import Outputs, collected, per_model, zoo_scores
-from distrank.figures import e6_figure
-from distrank.metrics.registry import PRDC, display
-
-__all__ = ["PRDC", "e6_table", "e6_figure", "run"]
+__all__ = ["PRDC", "e6_figure", "run"]
 
 TABLES = ("", "_agreement")
 
@@ -32,20 +30,3 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     return Outputs(
         {"": table, "_agreement": agreement}, {"": e6_figure(table, context["extractor"])}
     )
-
-
-def e6_table(
-    scores: pd.DataFrame, metrics: Sequence[str] = PRDC
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-model PRDC in both aggregations, and per-metric rank agreement.
-
-    Returns
-    -------
-    per_model : :func:`distrank.experiments.per_model` with ``<M>_absdiff``
-        (:math:`|all - avg|`), sorted by model name.
-    agreement : per metric ``kendall_tau`` (avg vs all), ``p_value``, ``n_models``,
-        ``rank_flips``, ``max_absdiff`` (largest :math:`|all - avg|` over models).
-    """
-    table, agreement = per_model(scores, metrics, difference="absdiff")
-    agreement["max_absdiff"] = [float(table[f"{display(m)}_absdiff"].max()) for m in metrics]
-    return table, agreement

@@ -37,9 +37,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from distrank.clients import partition
-from distrank.experiments import Outputs, aggregates_wide, named_on, rank_agreement
+from distrank.experiments import Outputs, named_on
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.metrics.registry import METRIC_KEYS
+from distrank.metrics import table as score_table
+from distrank.metrics.metric import METRIC_KEYS
 
 __all__ = [
     "ONE_CLASS",
@@ -168,13 +169,13 @@ def partition_agreement(
         raise ValueError("metrics: the heterogeneity index is the KD gap, so 'kd' is needed")
     rows = []
     for _, part in meta.iterrows():
-        wide = aggregates_wide(scores[scores["partition"] == part["partition"]], metrics)
+        wide = score_table.wide(scores[scores["partition"] == part["partition"]], metrics)
         gap = wide["KD_avg"] - wide["KD_all"]
         values = wide.columns.drop("model")
         rounded = wide.assign(
             **{c: [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in wide[c]] for c in values}
         )
-        agreement = rank_agreement(rounded, metrics)
+        agreement = score_table.rank_agreement(rounded, metrics)
         agreement = agreement.assign(
             partition=part["partition"],
             setting=part["setting"],

@@ -27,10 +27,10 @@ from matplotlib.figure import Figure
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import new_figure, paper_style
-from distrank.metrics.registry import FULL_SAMPLE_ESTIMATORS
+from distrank.metrics.metric import FULL_SAMPLE_ESTIMATORS
 
 if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
-    from distrank.metrics.kd import KernelSums
+    from distrank.metrics.kd.sums import KernelSums
 
 __all__ = [
     "check",
@@ -137,7 +137,7 @@ def kernel_inputs(
     size gets the KD that ``kernel_sums`` would give on its rows alone. Returns size
     -> ``{"kd_client": (M, k), "kd_all": (M,), "client_sizes": (k,)}``.
     """
-    from distrank.metrics.kd import kernel_sums
+    from distrank.metrics.kd.sums import kernel_sums
     from distrank.metrics.kernels import make_kernel
     from distrank.metrics.privacy import BOUNDED_KERNELS
 
@@ -169,7 +169,7 @@ def kernel_inputs(
 
 def _merge(sums: KernelSums, groups: Sequence[Sequence[int]]) -> KernelSums:
     """The kernel sums of clients that are unions of the given groups of ``sums``."""
-    from distrank.metrics.kd import KernelSums
+    from distrank.metrics.kd.sums import KernelSums
 
     xy = np.stack([sums.xy[:, g].sum(axis=1) for g in groups], axis=1)
     xx = np.array([[sums.xx[np.ix_(a, b)].sum() for b in groups] for a in groups])

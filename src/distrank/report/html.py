@@ -27,30 +27,32 @@ difference within float rounding of the scores it is taken from as such.
 Options the table was computed with (client weights, KD estimator, client sizes,
 extractor) come from the metadata ``distrank score`` writes beside it; without
 them the page says which conclusions depend on them.
+
+This module holds the pooled sections; the client sections are
+:mod:`distrank.report.client_sections`', the markup :mod:`distrank.report.markup`'s.
+What the page says of a metric comes from its registered
+:class:`~distrank.metrics.metric.Metric` (``agrees``, ``consistent``, ``provided``,
+``pooled_from``, ``spreads``), never from its key.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import os
-import re
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from distrank._io import atomic_write_bytes
-from distrank.experiments.e1_kd_consistency import e1_table
-from distrank.experiments.e6_prdc import e6_table
-from distrank.figures import e1_figure, e6_figure
+from distrank.figures import e1_figure, e1_table, e6_figure, e6_table
+from distrank.metrics.metric import EXACT, PRDC, SAFE
 from distrank.metrics.ranking import rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, PRDC, display
+from distrank.metrics.registry import HIGHER_IS_BETTER, display, spread_keys
 from distrank.metrics.table import COLUMNS, check, flipped_pairs
 from distrank.metrics.table import per_metric as _per_metric
+from distrank.report.client_sections import agrees, client_only_section, clients_section
+from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
 from distrank.report.verdicts import consistency
 
 __all__ = ["build_report", "write_report"]
@@ -71,12 +73,25 @@ def build_report(
 ) -> str:
     """The page (an HTML string) for a tidy score table.
 
-    Args:
-        meta: what ``distrank score`` records beside its table (``options`` with
-            ``weights`` and ``kd_estimator``; ``reference`` with each client's ``n``);
-            None or {} when unknown.
-        extractor: the feature network, named on the figures' axes.
-        title, source: the page title (default: from ``source``), and the table's file.
+    Parameters
+    ----------
+    scores : pandas.DataFrame
+        A tidy score table (``model, metric, aggregation, client, value``).
+    meta : mapping, optional
+        What ``distrank score`` records beside its table (``options`` with ``weights``
+        and ``kd_estimator``; ``reference`` with each client's ``n``); None or {} when
+        unknown.
+    extractor : str, optional
+        The feature network, named on the figures' axes.
+    title : str, optional
+        The page title (default: from ``source``).
+    source : str or path, optional
+        The table's file.
+
+    Returns
+    -------
+    str
+        The self-contained HTML page.
     """
     scores = _check(scores)
     meta = dict(meta or {})
@@ -95,10 +110,10 @@ def build_report(
             _figures_section(scores, extractor),
         ]
     else:
-        body.append(_client_only_section(scores, meta, name))
+        body.append(client_only_section(scores, meta, name))
     if (scores["aggregation"] == "client").any():
-        body.append(_clients_section(scores, name))
-    return _PAGE.format(title=_e(title), style=_STYLE, body="\n".join(body))
+        body.append(clients_section(scores, name))
+    return page(title, "\n".join(body))
 
 
 # ---------------------------------------------------------------------------
@@ -123,14 +138,14 @@ def _header(title, scores, meta, extractor, source, name) -> str:
         )
     else:
         facts.append(("options", "not recorded (no metadata beside the table)"))
-    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
-    return f'<header><h1>{_e(title)}</h1><dl class="facts">{items}</dl></header>'
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
+    return f'<header><h1>{esc(title)}</h1><dl class="facts">{items}</dl></header>'
 
 
 def _values_section(scores, name) -> str:
     per_metric = _per_metric(scores)
     arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
-    head = "".join(f"<th class=num>{_e(name(m))} {arrows[m]}</th>" for m in per_metric)
+    head = "".join(f"<th class=num>{esc(name(m))} {arrows[m]}</th>" for m in per_metric)
     ranks = {
         (m, agg): dict(
             zip(w.index, rank_models(w[agg], higher_is_better=HIGHER_IS_BETTER.get(m, False)))
@@ -141,15 +156,15 @@ def _values_section(scores, name) -> str:
     rows = []
     for model in sorted(set().union(*(w.index for w in per_metric.values()))):
         for agg in ("all", "avg"):  # stacked, so the table is as wide as the metrics
-            cells = [f"<td rowspan=2>{_e(model)}</td>"] if agg == "all" else []
+            cells = [f"<td rowspan=2>{esc(model)}</td>"] if agg == "all" else []
             cells.append(f"<td class=agg>{agg}</td>")
             for metric, wide in per_metric.items():
                 if model not in wide.index:  # this metric was not computed for this model
                     cells.append("<td class=num>n/a</td>")
                     continue
                 cells.append(
-                    f'<td class=num data-model="{_e(model)}" data-metric="{_e(metric)}" '
-                    f'data-aggregation="{agg}">{_num(wide.at[model, agg])} <span class=rank>'
+                    f'<td class=num data-model="{esc(model)}" data-metric="{esc(metric)}" '
+                    f'data-aggregation="{agg}">{num(wide.at[model, agg])} <span class=rank>'
                     f"({ranks[(metric, agg)][model]})</span></td>"
                 )
             rows.append(f'<tr class="{agg}">{"".join(cells)}</tr>')
@@ -157,7 +172,7 @@ def _values_section(scores, name) -> str:
         f'<table class="values"><thead><tr><th>model</th><th></th>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    return _section(
+    return section(
         "values",
         "Scores per model: all and avg",
         body,
@@ -175,17 +190,17 @@ def _consistency_section(scores, meta, name) -> str:
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
         measured = "<br>".join(_measured(r, name))
         rows.append(
-            f'<tr data-metric="{_e(r.metric)}"><td>{_e(name(r.metric))}</td>'
-            f'<td class="{verdict_class} verdict">{_e(r.verdict)}</td>'
-            f"<td>{_e(_named(r.why, name))}</td><td class=measured>{measured}</td>"
-            f'<td class="num tau">{_tau(r.kendall_tau)}</td></tr>'
+            f'<tr data-metric="{esc(r.metric)}"><td>{esc(name(r.metric))}</td>'
+            f'<td class="{verdict_class} verdict">{esc(r.verdict)}</td>'
+            f"<td>{esc(named(r.why, name))}</td><td class=measured>{measured}</td>"
+            f'<td class="num tau">{tau(r.kendall_tau)}</td></tr>'
         )
     body = (
         '<table class="consistency"><thead><tr><th>metric</th><th>safe to average?</th>'
         "<th>why</th><th>measured on these models</th><th>Kendall tau (avg vs all)</th>"
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
-    return _section(
+    return section(
         "consistency",
         "Which metrics are safe to average across clients",
         body,
@@ -197,18 +212,21 @@ def _consistency_section(scores, meta, name) -> str:
 
 
 def _measured(r, name) -> list[str]:
-    """The lines of a :func:`consistency` row's "measured on these models" cell."""
-    gap = partial(_difference, rounding=r.rounding)
+    """The lines of a :func:`consistency` row's "measured on these models" cell, by what
+    its metric declares (``Metric.agrees``): a model-free offset's gap and whether it is
+    constant (``SAFE``), the largest difference (``EXACT``), or the gap (otherwise)."""
+    gap = partial(difference, rounding=r.rounding)
     flips = f"{r.rank_flips} flipped pair{'s' * (r.rank_flips != 1)}"
-    if r.metric == "kd":
-        kd = _e(name("kd"))
+    declared = agrees(r.metric)
+    if declared == SAFE:
+        shown = esc(name(r.metric))
         constant = "constant" if r.gap_constant else "<b>varies across models</b>"
         return [
-            f"gap {kd}_avg - {kd}_all: <span class=gap>{gap(r.gap_mean)}</span> (mean)",
+            f"gap {shown}_avg - {shown}_all: <span class=gap>{gap(r.gap_mean)}</span> (mean)",
             f"max - min: {gap(r.gap_range)}, {constant}",
             flips,
         ]
-    if r.metric == "recall":
+    if declared == EXACT:
         return [f"max |avg - all|: {gap(r.max_absdiff)}", flips]
     return [f"gap avg - all: {gap(r.gap_mean)} (mean)", f"max - min: {gap(r.gap_range)}", flips]
 
@@ -219,21 +237,21 @@ def _flips_section(scores, name) -> str:
         pairs, shown = flipped_pairs(scores, metric), name(metric)
         if pairs.empty:
             items.append(
-                f'<li data-metric="{_e(metric)}" data-flips="0"><b>{_e(shown)}</b>: '
+                f'<li data-metric="{esc(metric)}" data-flips="0"><b>{esc(shown)}</b>: '
                 "no pair flips; all and avg rank these models alike.</li>"
             )
             continue
         flips = "".join(
-            f"<li><b>{_e(p.model_a)}</b> is better than <b>{_e(p.model_b)}</b> by {_e(shown)}_all "
-            f"({_num(p.a_all)} against {_num(p.b_all)}), worse by {_e(shown)}_avg "
-            f"({_num(p.a_avg)} against {_num(p.b_avg)})</li>"
+            f"<li><b>{esc(p.model_a)}</b> is better than <b>{esc(p.model_b)}</b> by {esc(shown)}_all "
+            f"({num(p.a_all)} against {num(p.b_all)}), worse by {esc(shown)}_avg "
+            f"({num(p.a_avg)} against {num(p.b_avg)})</li>"
             for p in pairs.itertuples()
         )
         items.append(
-            f'<li data-metric="{_e(metric)}" data-flips="{len(pairs)}"><b>{_e(shown)}'
+            f'<li data-metric="{esc(metric)}" data-flips="{len(pairs)}"><b>{esc(shown)}'
             f"</b>: {len(pairs)} flipped pair{'s' * (len(pairs) != 1)}<ul>{flips}</ul></li>"
         )
-    return _section(
+    return section(
         "flips",
         "Where avg and all disagree: model pairs that flip",
         f"<ul class=flips>{''.join(items)}</ul>",
@@ -247,10 +265,10 @@ def _figures_section(scores, extractor) -> str:
     if {"kd", "fd"} <= metrics:
         table, _ = e1_table(scores)
         blocks.append(
-            _figure(
+            figure(
                 e1_figure(table, extractor),
                 "E1",
-                _named(
+                named(
                     "KD_avg against KD_all (left): one line of slope 1, the gap of "
                     "Theorem 1. FD (right): pairs whose order flips are joined in red.",
                     name,
@@ -258,11 +276,11 @@ def _figures_section(scores, extractor) -> str:
             )
         )
     else:
-        blocks.append(_named("<p>The E1 figure needs KD and FD in both aggregations.</p>", name))
+        blocks.append(named("<p>The E1 figure needs KD and FD in both aggregations.</p>", name))
     if set(PRDC) <= metrics:
         table, _ = e6_table(scores)
         blocks.append(
-            _figure(
+            figure(
                 e6_figure(table, extractor),
                 "E6",
                 "Precision, Recall, Density and Coverage, avg against all; "
@@ -274,125 +292,11 @@ def _figures_section(scores, extractor) -> str:
             "<p>The E6 figure needs Precision, Recall, Density and Coverage in both "
             "aggregations.</p>"
         )
-    return _section("figures", "Figures (E1 and E6 for these models)", "".join(blocks))
-
-
-def _client_only_section(scores, meta, name) -> str:
-    clients = scores[scores["aggregation"] == "client"]
-    if clients.empty:
-        raise ValueError("scores: no 'all', 'avg' or 'client' rows to report on")
-    sizes = {c: v.get("n") for c, v in (meta.get("reference") or {}).items()}
-    weights = (meta.get("options") or {}).get("weights")
-    avg = scores[scores["aggregation"] == "avg"]
-    known_sizes = bool(sizes) and all(sizes.get(c) for c in set(clients["client"]))
-    if avg.empty:
-        avg = _client_average(clients, sizes if known_sizes else None)
-        how = (
-            "avg computed here with weights n_i/n from the recorded client sizes"
-            if known_sizes
-            else "avg computed here as the plain mean of the clients "
-            "(client sizes not recorded: weights 1/k)"
-        )
-    else:
-        how = "avg as given in the table"
-    lines = []
-    for metric, rows in avg.groupby("metric", sort=False):
-        order = _ranking(rows.set_index("model")["value"], metric)
-        ranking = " &gt; ".join(_e(m) for m in order)
-        if metric == "kd":
-            kd = _e(name("kd"))
-            text = (
-                f"<b>{kd}</b>: the centralized ranking is known without pooling the data: by "
-                "Theorem 1 it is the avg ranking, " + ranking + ", provided the clients "
-                "used weights n_i/n, one kernel (a bandwidth fixed for all), the same "
-                f"samples and a full-sample estimator. {kd}_all itself is not known: its "
-                "offset needs kernel sums across clients."
-            )
-        elif metric == "recall":
-            text = (
-                "<b>Recall</b>: Recall_all = sum_i (n_i/n) Recall_i exactly, so the "
-                "pooled values are known"
-                + (
-                    " and are the avg values: " + ranking
-                    if known_sizes or weights == "size"
-                    else " once the client sizes n_i are known"
-                )
-                + "."
-            )
-        else:
-            text = (
-                f"<b>{_e(name(metric))}</b>: only the avg ranking ({ranking}) is "
-                "known. The centralized ranking may differ"
-                + (
-                    f": {_e(name('fd'))}_all follows from the clients' (n_i, mean, covariance), not "
-                    "from their FD scores; share those statistics to compute it."
-                    if metric == "fd"
-                    else ", and the client scores cannot tell how."
-                )
-                + " Even clients that agree do not fix the pooled order (Proposition 1)."
-            )
-        lines.append(f'<li data-metric="{_e(metric)}">{text}</li>')
-    body = (
-        f"<p>This table has no pooled ('all') rows: the reference data were never "
-        f"pooled. {_e(how)}.</p><ul class=conclusions>{''.join(lines)}</ul>"
-    )
-    return _section("client-only", "What can and cannot be concluded without pooled data", body)
-
-
-def _clients_section(scores, name) -> str:
-    rows = scores[scores["aggregation"] == "client"]
-    blocks = []
-    for metric, part in rows.groupby("metric", sort=False):
-        wide = part.pivot_table(
-            index="model", columns="client", values="value", aggfunc="first"
-        ).sort_index()
-        agree = _clients_agree(wide, metric)
-        blocks.append(
-            f"<h3>{_e(name(metric))}</h3><p>{_e(agree)}</p>"
-            + _table(wide.reset_index(), metric=metric)
-        )
-    return _section(
-        "clients",
-        "Each client's scores",
-        "".join(blocks),
-        "<details open><summary>what each client measured</summary>",
-        "</details>",
-    )
+    return section("figures", "Figures (E1 and E6 for these models)", "".join(blocks))
 
 
 # ---------------------------------------------------------------------------
 # Helpers
-
-
-def _client_average(clients: pd.DataFrame, sizes: Mapping | None) -> pd.DataFrame:
-    def mean(rows):
-        w = np.array([sizes[c] for c in rows["client"]], float) if sizes else np.ones(len(rows))
-        return float(np.dot(w / w.sum(), rows["value"].to_numpy(float)))
-
-    grouped = clients.groupby(["model", "metric"], sort=False)
-    return pd.DataFrame(
-        [
-            {"model": m, "metric": k, "aggregation": "avg", "client": "", "value": mean(rows)}
-            for (m, k), rows in grouped
-        ]
-    )
-
-
-def _ranking(values: pd.Series, metric: str) -> list[str]:
-    higher = HIGHER_IS_BETTER.get(metric, False)
-    return [str(m) for m in values.sort_values(ascending=not higher, kind="mergesort").index]
-
-
-def _clients_agree(wide: pd.DataFrame, metric: str) -> str:
-    if len(wide) < 2 or wide.shape[1] < 2:
-        return ""
-    orders = {tuple(_ranking(wide[c].dropna(), metric)) for c in wide.columns}
-    return (
-        "Every client ranks these models alike."
-        if len(orders) == 1
-        else f"The clients disagree: {len(orders)} different rankings among "
-        f"{wide.shape[1]} clients."
-    )
 
 
 def _check(scores: pd.DataFrame) -> pd.DataFrame:
@@ -408,111 +312,4 @@ def _check(scores: pd.DataFrame) -> pd.DataFrame:
             f"{row.metric!r}, aggregation {row.aggregation!r}, client "
             f"{row.client!r}"
         )
-    return scores[scores["metric"] != "kd_std"]  # a spread, not a score to rank by
-
-
-def _figure(fig, key: str, caption: str) -> str:
-    from matplotlib import pyplot as plt
-
-    from distrank.figures import paper_style
-
-    buffer = io.BytesIO()
-    with paper_style():
-        fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
-    plt.close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return (
-        f'<figure data-figure="{key}"><img alt="{key} figure for these models" '
-        f'src="data:image/png;base64,{data}"><figcaption><b>{key}.</b> {_e(caption)}'
-        "</figcaption></figure>"
-    )
-
-
-def _table(df: pd.DataFrame, *, metric: str | None = None) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
-    body = []
-    for row in df.itertuples(index=False):
-        cells = []
-        for column, value in zip(df.columns, row):
-            numeric = isinstance(value, (int, float, np.integer, np.floating))
-            text = _num(value) if numeric else _e(value)
-            cells.append(
-                f'<td class="num" data-column="{_e(column)}">{text}</td>'
-                if numeric
-                else f"<td>{text}</td>"
-            )
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    attr = f' data-metric="{_e(metric)}"' if metric else ""
-    return (  # in its own scroll box: a table of many clients scrolls, not the page
-        f"<div class=wide><table{attr}><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>"
-    )
-
-
-def _section(key: str, heading: str, body: str, intro: str = "", outro: str = "") -> str:
-    return f'<section id="{key}"><h2>{_e(heading)}</h2>{intro}{body}{outro}</section>'
-
-
-def _named(text: str, name) -> str:
-    """``text`` with the words KD and FD (also in KD_all, KD(...)) as ``name`` shows them."""
-    return re.sub(r"\b(KD|FD)(?=_|\b)", lambda m: name(m[1].lower()), text)
-
-
-def _num(value) -> str:
-    """An integer as it is; a float to four significant digits (zeros kept)."""
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    value = float(value)
-    return "n/a" if np.isnan(value) else f"{value + 0.0:#.4g}"  # + 0.0: no "-0.000"
-
-
-def _difference(value: float, rounding: float) -> str:
-    """:func:`_num` of a difference, or ``< 1e-12 (float rounding)`` where it is nonzero
-    but within ``rounding`` (:func:`distrank.report.verdicts.rounding_level`), bounded by
-    the power of ten above."""
-    if value and abs(value) <= rounding:
-        return f"&lt; {10.0 ** np.ceil(np.log10(rounding)):.0e} (float rounding)"
-    return _num(value)
-
-
-def _tau(value: float) -> str:
-    return "n/a" if np.isnan(value) else f"{value:+#.4g}"
-
-
-def _e(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
-_STYLE = """
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
-       padding: 0 1em; color: #222; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
-.facts { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
-.facts dt { font-weight: 600; }
-table { border-collapse: collapse; margin: .5em 0 1.2em; }
-th, td { border-bottom: 1px solid #ddd; padding: .25em .7em; text-align: left;
-         vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-th.num { text-align: right; }
-.wide { overflow-x: auto; }
-.ok { color: #126b12; font-weight: 600; } .warn { color: #a44a00; font-weight: 600; }
-.rank { color: #666; font-size: .8em; }
-.values td.agg { color: #666; } .values tr.all td.agg, .values tr.all td.num { border-bottom: 0; }
-td.measured { white-space: nowrap; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { color: #444; font-size: .9em; }
-"""
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>{style}</style>
-</head>
-<body>
-{body}
-</body>
-</html>
-"""
+    return scores[~scores["metric"].isin(spread_keys())]  # spreads: no scores to rank by

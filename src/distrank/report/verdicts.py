@@ -14,8 +14,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from distrank.metrics.metric import NOT_GUARANTEED
 from distrank.metrics.ranking import discordant_pairs
-from distrank.metrics.registry import METRICS, NOT_GUARANTEED
+from distrank.metrics.registry import METRICS
 from distrank.metrics.table import kendall_tau, per_metric
 
 __all__ = [

@@ -1,11 +1,6 @@
 # E4: a diversity knob on variance-limited clients; FD_avg and FD_all pick different knobs.
-from distrank.experiments.e4_diversity_sweep import (
-    FEATURE_KINDS,
-    FITTED,
-    partition_classes,
-    sweep_inputs,
-    sweep_models,
-)
+from distrank.experiments.e4_diversity_sweep.steps import partition_classes, sweep_inputs
+from distrank.experiments.e4_diversity_sweep.sweep import FEATURE_KINDS, FITTED, sweep_models
 
 
 localrules:
