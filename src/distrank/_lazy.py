@@ -5,15 +5,21 @@ package stays cheap (no torch, scipy or scikit-learn)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 
-def lazy_getattr(package: str, exports: Mapping[str, str]) -> Callable[[str], object]:
-    """A module ``__getattr__`` for ``package``: name -> submodule that defines it."""
+def lazy_names(exports: Mapping[str, Sequence[str]]) -> list[str]:
+    """Every name of ``exports`` (submodule -> the names it defines), in order."""
+    return [name for names in exports.values() for name in names]
+
+
+def lazy_getattr(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[[str], object]:
+    """A module ``__getattr__`` for ``package``, given each submodule's names."""
+    where = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str):
-        if name in exports:
-            return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

@@ -28,7 +28,7 @@ intervals; :mod:`.data` the distributions; :mod:`.figures` the shared figure;
 :mod:`.study` runs a family from its config section and writes its outputs.
 """
 
-from distrank._lazy import lazy_getattr
+from distrank._lazy import lazy_getattr, lazy_names
 
 #: Family -> output stem (fixed names); torch-, scipy- and scikit-learn-free, for the
 #: Snakefile.
@@ -41,18 +41,19 @@ FAMILIES = {
     "general_losses": "A6_general_losses",
 }
 
-_LAZY = {
-    "learning_curve_pairs": "core",
-    "lemma_bound": "core",
-    "loss_terms": "core",
-    "mean_ci": "core",
-    "midpoint_terms": "core",
-    "summarize": "core",
-    "run_family": "study",
-    "write_family": "study",
+_LAZY = {  # submodule -> the names it defines
+    "core": (
+        "learning_curve_pairs",
+        "lemma_bound",
+        "loss_terms",
+        "mean_ci",
+        "midpoint_terms",
+        "summarize",
+    ),
+    "study": ("run_family", "write_family"),
 }
 
-__all__ = ["FAMILIES", *_LAZY]
+__all__ = ["FAMILIES", *lazy_names(_LAZY)]
 
 
 # PEP 562: the rest loads scipy and scikit-learn on first use

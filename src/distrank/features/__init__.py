@@ -10,19 +10,20 @@ extractor is built, not on ``import distrank.features``.
 
 from __future__ import annotations
 
-from distrank._lazy import lazy_getattr
+from distrank._lazy import lazy_getattr, lazy_names
 
-_EXPORTS = {
-    "Extractor": "base",
-    "available_extractors": "base",
-    "get_extractor": "base",
-    "extractor_from_config": "base",
-    "register_extractor": "base",
-    "cached_features": "cache",
-    "extract_to_file": "cache",
+_EXPORTS = {  # submodule -> the names it defines
+    "base": (
+        "Extractor",
+        "available_extractors",
+        "get_extractor",
+        "extractor_from_config",
+        "register_extractor",
+    ),
+    "cache": ("cached_features", "extract_to_file"),
 }
 
-__all__ = list(_EXPORTS)
+__all__ = lazy_names(_EXPORTS)
 
 # PEP 562: keep `import distrank.features` cheap
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -7,32 +7,26 @@ one tidy table (``table``) by ``score``, whose options are one ``ScoreOptions``
 on first use.
 """
 
-from distrank._lazy import lazy_getattr
+from distrank._lazy import lazy_getattr, lazy_names
 from distrank.metrics.registry import METRICS
 
-_LAZY = {
-    "GaussianStats": "fd.frechet",
-    "frechet_distance": "fd.frechet",
-    "frechet_distances": "fd.frechet",
-    "FrechetTerms": "fd.frechet",
-    "frechet_terms": "fd.frechet",
-    "gaussian_stats": "fd.frechet",
-    "pool_stats": "fd.frechet",
-    "KernelSums": "kd.sums",
-    "kernel_distance": "kd.sums",
-    "kernel_sums": "kd.sums",
-    "KERNELS": "kernels",
-    "Kernel": "kernels",
-    "make_kernel": "kernels",
-    "median_bandwidth": "kernels",
-    "ScoreOptions": "options",
-    "score_options": "options",
-    "client_scores": "scoring",
-    "score": "scoring",
-    "score_client": "scoring",
+_LAZY = {  # submodule -> the names it defines
+    "fd.frechet": (
+        "GaussianStats",
+        "frechet_distance",
+        "frechet_distances",
+        "FrechetTerms",
+        "frechet_terms",
+        "gaussian_stats",
+        "pool_stats",
+    ),
+    "kd.sums": ("KernelSums", "kernel_distance", "kernel_sums"),
+    "kernels": ("KERNELS", "Kernel", "make_kernel", "median_bandwidth"),
+    "options": ("ScoreOptions", "score_options"),
+    "scoring": ("client_scores", "score", "score_client"),
 }
 
-__all__ = ["METRICS", *_LAZY]
+__all__ = ["METRICS", *lazy_names(_LAZY)]
 
 
 # PEP 562: keep `import distrank.metrics.registry` torch-free

@@ -19,23 +19,17 @@ runs on CUDA when available, else on the CPU, through the same code.
 
 from __future__ import annotations
 
-from distrank._lazy import lazy_getattr
+from distrank._lazy import lazy_getattr, lazy_names
 
-_EXPORTS = {
-    "Checkpoints": "resume",
-    "average_states": "federated",
-    "client_shards": "federated",
-    "train_cgan_fedavg": "fedavg",
-    "train_cgan_central": "fedavg",
-    "finetune_mmd": "mmd",
-    "feature_gradient": "mmd",
-    "Lite0Embedding": "mmd",
-    "checkpoint_features": "evaluate",
-    "load_bundle": "evaluate",
-    "save_bundle": "evaluate",
+_EXPORTS = {  # submodule -> the names it defines
+    "resume": ("Checkpoints",),
+    "federated": ("average_states", "client_shards"),
+    "fedavg": ("train_cgan_fedavg", "train_cgan_central"),
+    "mmd": ("finetune_mmd", "feature_gradient", "Lite0Embedding"),
+    "evaluate": ("checkpoint_features", "load_bundle", "save_bundle"),
 }
 
-__all__ = list(_EXPORTS)
+__all__ = lazy_names(_EXPORTS)
 
 
 # PEP 562: import torch-heavy modules on first use
