@@ -97,7 +97,7 @@ def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, devic
     statistics (``Metric.pooled``), when every site shared them."""
     from distrank.metrics.registry import METRICS
 
-    out = {}
+    out, names = {}, list(ordered[0].scores)
     for metric in metrics:
         pooled = METRICS[metric].pooled if metric in METRICS else None  # kd_std: a spread
         if pooled is None or models is None:
@@ -107,7 +107,6 @@ def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, devic
                 WARNING, "distrank: no %s_all: site(s) %s did not share statistics", metric, without
             )
             continue
-        names = list(ordered[0].scores)
         sites = [(r.n, r.stats[metric]) for r in ordered]
         out[metric] = pooled.finish(sites, {g: models[g] for g in names}, device=device)
     return out
