@@ -33,7 +33,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from distrank.agreement.core import Seed, learning_curve_pairs
+from distrank.agreement.core import learning_curve_pairs
 from distrank.agreement.data import Population
 from distrank.agreement.figures import agreement_figure, lemma_labels
 
@@ -82,22 +82,14 @@ def networks_pairs(
     population: Population,
     widths: Sequence[int],
     *,
-    n_train: int,
-    n_pairs: int,
-    seed: Seed,
     restarts: int,
     max_iter: int,
+    **options,
 ) -> pd.DataFrame:
-    """A3 pairs (columns of :func:`~distrank.agreement.core.learning_curve_pairs`;
-    ``resource`` is the hidden width)."""
-    return learning_curve_pairs(
-        population,
-        partial(fit_network, X_eval=population.X, restarts=restarts, max_iter=max_iter),
-        widths,
-        n_train=n_train,
-        n_pairs=n_pairs,
-        seed=seed,
-    )
+    """A3 pairs (columns of :func:`~distrank.agreement.core.learning_curve_pairs`, whose
+    ``n_train``, ``n_pairs`` and ``seed`` are ``options``; ``resource`` is the hidden width)."""
+    fit = partial(fit_network, X_eval=population.X, restarts=restarts, max_iter=max_iter)
+    return learning_curve_pairs(population, fit, widths, **options)
 
 
 def networks_figure(summary: pd.DataFrame) -> Figure:

@@ -28,7 +28,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sklearn.tree import DecisionTreeRegressor
 
-from distrank.agreement.core import Seed, learning_curve_pairs
+from distrank.agreement.core import learning_curve_pairs
 from distrank.agreement.data import Population
 from distrank.agreement.figures import agreement_figure, lemma_labels
 
@@ -40,18 +40,11 @@ def fit_tree(X: np.ndarray, y: np.ndarray, depth: int, seed: int, X_eval: np.nda
     return DecisionTreeRegressor(max_depth=depth, random_state=seed).fit(X, y).predict(X_eval)
 
 
-def trees_pairs(
-    population: Population, depths: Sequence[int], *, n_train: int, n_pairs: int, seed: Seed
-) -> pd.DataFrame:
-    """A4 pairs (columns of :func:`~distrank.agreement.core.learning_curve_pairs`;
-    ``resource`` is the depth)."""
+def trees_pairs(population: Population, depths: Sequence[int], **options) -> pd.DataFrame:
+    """A4 pairs (columns of :func:`~distrank.agreement.core.learning_curve_pairs`, whose
+    ``n_train``, ``n_pairs`` and ``seed`` are ``options``; ``resource`` is the depth)."""
     return learning_curve_pairs(
-        population,
-        partial(fit_tree, X_eval=population.X),
-        depths,
-        n_train=n_train,
-        n_pairs=n_pairs,
-        seed=seed,
+        population, partial(fit_tree, X_eval=population.X), depths, **options
     )
 
 

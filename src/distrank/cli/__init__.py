@@ -23,6 +23,7 @@ which imports torch only for the command that needs it.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Callable
 
@@ -54,13 +55,14 @@ __all__ = [
     "main",
 ]
 
-#: command -> (help line, description, function that adds its arguments)
-COMMANDS: dict[str, tuple[str, str, Callable]] = {
-    "extract": (extract.HELP, extract.DESCRIPTION, extract.add_arguments),
-    "score": (score.HELP, score.DESCRIPTION, score.add_arguments),
-    "report": (report.HELP, report.DESCRIPTION, report.add_arguments),
-    "sketch": (sketch.HELP, sketch.DESCRIPTION, sketch.add_arguments),
-    "rank": (sketch.RANK_HELP, sketch.RANK_DESCRIPTION, sketch.add_rank_arguments),
+#: command -> the function that adds its arguments; its docstring's first line is the
+#: command's help line, the rest its description.
+COMMANDS: dict[str, Callable] = {
+    "extract": extract.add_arguments,
+    "score": score.add_arguments,
+    "report": report.add_arguments,
+    "sketch": sketch.add_arguments,
+    "rank": sketch.add_rank_arguments,
 }
 
 
@@ -109,10 +111,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Consistent distributed ranking of generative models via kernel distances.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_line, description, add_arguments) in COMMANDS.items():
+    for name, add_arguments in COMMANDS.items():
+        help_line, _, description = inspect.getdoc(add_arguments).partition("\n\n")
         p = sub.add_parser(
             name,
-            help=help_line,
+            help=help_line.rstrip("."),
             description=description,
             epilog=EXIT_CODES,
             parents=[common],

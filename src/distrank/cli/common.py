@@ -103,16 +103,8 @@ def input_features(args):
     """The :class:`~distrank.features.inputs.InputFeatures` of the extraction arguments."""
     from distrank.features.inputs import InputFeatures
 
-    return InputFeatures(
-        args.extractor,
-        backend=args.backend,
-        device=args.device,
-        weights_dir=args.weights_dir,
-        cache_dir=args.cache_dir,
-        no_cache=args.no_cache,
-        batch_size=args.batch_size,
-        workers=args.workers,
-    )
+    names = ("backend", "device", "weights_dir", "cache_dir", "no_cache", "batch_size", "workers")
+    return InputFeatures(args.extractor, **{name: getattr(args, name) for name in names})
 
 
 @contextlib.contextmanager

@@ -7,14 +7,13 @@ from pathlib import Path
 
 from distrank.cli.common import EXIT_OK, add_extractor_arguments, input_features, named_path
 
-HELP = "features of image folders, image npz files or manifests"
-DESCRIPTION = (
-    "Extract features of images (folders, npz batches, CSV manifests) through "
-    "the feature cache, and write one feature npz with metadata."
-)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Features of image folders, image npz files or manifests.
+
+    Extract features of images (folders, npz batches, CSV manifests) through the feature
+    cache, and write one feature npz with metadata.
+    """
     p.add_argument(
         "inputs",
         nargs="*",

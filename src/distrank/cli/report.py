@@ -7,15 +7,14 @@ from pathlib import Path
 
 from distrank.cli.common import EXIT_OK
 
-HELP = "an HTML page on how consistent a score table's rankings are"
-DESCRIPTION = (
-    "Write one self-contained HTML page for a score table: all and avg per "
-    "metric, which metrics are safe to average and why, the model pairs whose "
-    "order flips, Kendall tau, and the E1/E6 figures."
-)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """An HTML page on how consistent a score table's rankings are.
+
+    Write one self-contained HTML page for a score table: all and avg per metric, which
+    metrics are safe to average and why, the model pairs whose order flips, Kendall tau,
+    and the E1/E6 figures.
+    """
     p.add_argument(
         "scores",
         type=Path,

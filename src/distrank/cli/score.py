@@ -24,15 +24,14 @@ from distrank.cli.common import (
 )
 from distrank.metrics.registry import METRICS
 
-HELP = "score models against client-split reference data"
-DESCRIPTION = (
-    "Score every model by every metric, pooled (all), averaged over clients (avg) "
-    "and per client. Inputs are feature npz files or images, which are extracted "
-    "through the feature cache. Writes the tidy table and prints a summary."
-)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Score models against client-split reference data.
+
+    Score every model by every metric, pooled (all), averaged over clients (avg) and per
+    client. Inputs are feature npz files or images, which are extracted through the
+    feature cache. Writes the tidy table and prints a summary.
+    """
     add_input_arguments(p)
     add_metric_arguments(p)
     add_private_and_interval_arguments(p)

@@ -20,20 +20,14 @@ from distrank._checks import InputError
 from distrank.cli.common import EXIT_OK, add_extractor_arguments, input_features
 from distrank.cli.score import add_model_argument
 
-HELP = "a site's private kernel mean sketch of its reference data"
-DESCRIPTION = (
-    "Write the mean random-Fourier-feature sketch of one site's reference data (images "
-    "or features), optionally released through the Gaussian mechanism: one release for "
-    "every model the server will ever score from it."
-)
-RANK_HELP = "rank models from the sites' sketches"
-RANK_DESCRIPTION = (
-    "Score every model by KD (the sketched rbf kernel) against each site's sketch, their "
-    "average and the pooled sketch; writes the tidy table of distrank score."
-)
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """A site's private kernel mean sketch of its reference data.
+
+    Write the mean random-Fourier-feature sketch of one site's reference data (images or
+    features), optionally released through the Gaussian mechanism: one release for every
+    model the server will ever score from it.
+    """
     p.add_argument(
         "--reference",
         required=True,
@@ -99,6 +93,11 @@ def _sketched(fmap, part) -> tuple:
 
 
 def add_rank_arguments(p: argparse.ArgumentParser) -> None:
+    """Rank models from the sites' sketches.
+
+    Score every model by KD (the sketched rbf kernel) against each site's sketch, their
+    average and the pooled sketch; writes the tidy table of distrank score.
+    """
     p.add_argument(
         "--sketch",
         required=True,

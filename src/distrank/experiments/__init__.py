@@ -71,6 +71,10 @@ class Job:
     wildcards: Mapping = field(default_factory=dict)
     threads: int = 1
 
+    def args(self, *names: str) -> dict:
+        """The named params as keyword arguments; ``"threads"`` is the job's threads."""
+        return {n: self.threads if n == "threads" else self.params[n] for n in names}
+
 
 @dataclass(frozen=True)
 class Experiment:

@@ -181,10 +181,8 @@ def bootstrap_centralized(job: Job) -> None:
         metrics=settings["metrics"],
         n_resamples=settings["n_resamples"],
         confidence_level=settings["confidence_level"],
-        seed=job.params["seed"],
         metrics_config=job.params["metrics"],
-        device=job.params["device"],
-        threads=job.threads,
+        **job.args("seed", "device", "threads"),
     )
 
 

@@ -118,8 +118,7 @@ def models_centralized(job: Job) -> None:
         job.inputs["base"],
         job.outputs["g1"],
         job.outputs["g2"],
-        classes=job.params["classes"],
-        seed=job.params["seed"],
+        **job.args("classes", "seed"),
     )
 
 

@@ -116,11 +116,7 @@ def train_centralized(job: Job) -> None:
         job.inputs["manifest"],
         job.outputs["bundle"],
         run=job.wildcards["run"],
-        settings=job.params["settings"],
-        seed=job.params["seed"],
-        checkpoint_dir=job.params["checkpoint_dir"],
-        threads=job.threads,
-        device=job.params["device"],
+        **job.args("settings", "seed", "checkpoint_dir", "threads", "device"),
     )
 
 

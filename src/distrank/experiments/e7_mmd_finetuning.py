@@ -140,11 +140,7 @@ def finetune(
         kernel=kernel,
         embedding=embedding,
         seed=seed,
-        steps=settings["steps"],
-        batch_size=settings["batch_size"],
-        lr=settings["lr"],
-        eval_every=settings["eval_every"],
-        local_steps=settings["local_steps"],
+        **{k: settings[k] for k in ("steps", "batch_size", "lr", "eval_every", "local_steps")},
         checkpoint_dir=checkpoint_dir,
         threads=threads,
         device=device,
@@ -163,13 +159,9 @@ def finetune_centralized(job: Job) -> None:
         job.inputs["manifest"],
         job.outputs["bundle"],
         method=job.wildcards["method"],
-        settings=job.params["settings"],
-        seed=job.params["seed"],
-        checkpoint_dir=job.params["checkpoint_dir"],
-        threads=job.threads,
         reference_features=job.inputs.get("reference_features"),
         reference_images=job.inputs.get("reference_images"),
-        device=job.params["device"],
+        **job.args("settings", "seed", "checkpoint_dir", "threads", "device"),
     )
 
 

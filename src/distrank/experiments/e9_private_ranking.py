@@ -190,20 +190,18 @@ def write_kernel_inputs(
     model_paths: Mapping,
     out_path,
     *,
-    sizes: Sequence[int],
     kernel: str,
     bandwidth_from: str,
-    estimator: str,
     seed: int,
-    dtype: str = "float64",
-    device=None,
     threads: int = 1,
+    **options,
 ) -> None:
     """The centralized pre-step: :func:`kernel_inputs` of the files, to one npz.
 
     The bandwidth is the median heuristic on the features of model
     ``bandwidth_from`` (e.g. held-out real images), never on the clients' rows;
-    torch uses at most ``threads`` threads.
+    torch uses at most ``threads`` threads. ``options`` are :func:`kernel_inputs`'
+    (``sizes``, ``estimator``, ``dtype``, ``device``).
     """
     from distrank.clients import load_manifest
     from distrank.features.cache import load_features
@@ -217,13 +215,10 @@ def write_kernel_inputs(
             load_features(reference_path),
             load_manifest(manifest_path),
             models,
-            sizes=sizes,
             kernel=kernel,
             bandwidth=bandwidth,
-            estimator=estimator,
             seed=seed,
-            dtype=dtype,
-            device=device,
+            **options,
         )
     arrays = {
         f"{size}/{key}": value for size, by_key in result.items() for key, value in by_key.items()
@@ -245,10 +240,8 @@ def kernel_inputs_centralized(job: Job) -> None:
         kernel=settings["kernel"],
         bandwidth_from=settings["bandwidth_from"],
         estimator=metrics["kd_estimator"],
-        seed=job.params["seed"],
         dtype=metrics["dtype"],
-        device=job.params["device"],
-        threads=job.threads,
+        **job.args("seed", "device", "threads"),
     )
 
 

@@ -146,18 +146,9 @@ def sweep_centralized(job: Job) -> None:
     outputs = {m: {"features": path} for m, path in zip(params["models"], job.outputs["features"])}
     for name, path in zip(params["image_models"], job.outputs["images"]):
         outputs[name]["images"] = path
+    options = ("n_samples", "seed", "classes", "features", "batch_size", "device")
     write_sweep(
-        params["settings"],
-        job.inputs,
-        outputs,
-        n_samples=params["n_samples"],
-        seed=params["seed"],
-        classes=params["classes"],
-        features=params["features"],
-        batch_size=params["batch_size"],
-        device=params["device"],
-        trust_pickles=params["trust_pickles"],
-        threads=job.threads,
+        params["settings"], job.inputs, outputs, **job.args(*options, "trust_pickles", "threads")
     )
 
 
@@ -199,14 +190,11 @@ def write_fitted(
 
 def fitted_centralized(job: Job) -> None:
     """Pre-step ``e4_fitted_centralized``: :func:`write_fitted` on the rule's files."""
-    params = job.params
     write_fitted(
-        params["settings"],
+        job.params["settings"],
         job.inputs["clients"],
-        dict(zip(params["models"], job.outputs["features"])),
-        n_samples=params["n_samples"],
-        seed=params["seed"],
-        weights=params["weights"],
+        dict(zip(job.params["models"], job.outputs["features"])),
+        **job.args("n_samples", "seed", "weights"),
     )
 
 
@@ -250,16 +238,13 @@ def write_fd(
 
 def fd_centralized(job: Job) -> None:
     """Pre-step ``e4_fd_centralized``: :func:`write_fd` on the rule's files."""
-    params = job.params
     write_fd(
-        params["settings"],
+        job.params["settings"],
         job.inputs["clients"],
-        dict(zip(params["models"], job.inputs["models"])),
+        dict(zip(job.params["models"], job.inputs["models"])),
         job.outputs["fd"],
         job.outputs["theory"],
-        weights=params["weights"],
-        seed=params["seed"],
-        threads=job.threads,
+        **job.args("weights", "seed", "threads"),
     )
 
 
