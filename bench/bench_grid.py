@@ -10,6 +10,10 @@ writes with the reference tools: for each model and each client (and the pool),
 torch-fidelity's ``kernel_poly`` kernel matrices with ``mmd2``'s unbiased formula
 (generalised to n != m; ``mmd2`` itself asserts square blocks), FID's
 ``scipy.linalg.sqrtm`` formula on ``np.cov`` statistics, and ``prdc.compute_prdc``.
+Beside them run the fastest peer loops we know, written here from the peers' formulas:
+KD with the same kernel as torch matmuls (torchmetrics' KID), and FD as the square
+roots of the eigenvalues of the covariance product in torch (torchmetrics' FID). The
+ratio of a family is against its fastest peer.
 
 The baseline is timed on ``--baseline-models`` models and its time scaled to all
 models (it repeats the same work per model); values are compared on those models.
@@ -27,6 +31,7 @@ import time
 import numpy as np
 import pandas as pd
 import scipy.linalg
+import torch
 from prdc import compute_prdc
 from torch_fidelity.metric_kid import kernel_poly
 
@@ -70,6 +75,30 @@ def tf_kd(x, y):
     )
 
 
+def torch_kd(x, y):
+    """Unbiased KD with the same kernel, ``(x y^T / d + 1)^3``, as torch float32 matmuls."""
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    d, n, m = x.shape[1], len(x), len(y)
+
+    def off_diagonal_mean(a):
+        k = (a @ a.T / d + 1) ** 3
+        return (k.sum() - k.diagonal().sum()).item() / (n * (n - 1) if a is x else m * (m - 1))
+
+    cross = ((x @ y.T / d + 1) ** 3).sum().item()
+    return off_diagonal_mean(x) + off_diagonal_mean(y) - 2 * cross / (n * m)
+
+
+def torch_eig_fd(x, y):
+    """FD from the eigenvalues of the covariance product, ``sum sqrt(eig(C_x C_y))``, in
+    torch float64 (torchmetrics' formula): one general eigenproblem a pair."""
+    (m1, c1), (m2, c2) = (
+        (a.mean(dim=0), torch.cov(a.T))
+        for a in (torch.from_numpy(x).double(), torch.from_numpy(y).double())
+    )
+    root = torch.linalg.eigvals(c1 @ c2).sqrt().real.sum()
+    return float((m1 - m2).square().sum() + c1.trace() + c2.trace() - 2 * root)
+
+
 def scipy_fd(x, y):
     """FID's formula: statistics by np.cov (float64), trace via scipy.linalg.sqrtm."""
     m1, c1 = x.mean(axis=0, dtype=np.float64), np.cov(x, rowvar=False)
@@ -78,25 +107,33 @@ def scipy_fd(x, y):
     return float(np.sum((m1 - m2) ** 2) + np.trace(c1) + np.trace(c2) - 2 * np.trace(covmean))
 
 
+#: family -> peer -> one client's (or the pool's) scores; the first peer is the reference
+#: tool that the values are compared with.
+PEERS = {
+    "kd": {"torch-fidelity": tf_kd, "torch matmul": torch_kd},
+    "fd": {"scipy sqrtm": scipy_fd, "torch eigvals": torch_eig_fd},
+    "prdc": {"prdc": None},
+}
+
+
 def baseline(x, clients, y, timings):
-    """All and avg of every metric for one model, by per-client calls."""
+    """All and avg of every metric for one model, by per-client calls of every peer;
+    ``timings[family, peer]`` accumulates, the values are the reference tool's."""
     labels, sizes = np.unique(clients, return_counts=True)
     lam = sizes / sizes.sum()
     parts = [x] + [x[clients == c] for c in labels]
     out = {}
-    for family, fn in (
-        ("kd", lambda p: {"kd": tf_kd(p, y)}),
-        ("fd", lambda p: {"fd": scipy_fd(p, y)}),
-        ("prdc", lambda p: _quiet_prdc(p, y)),
-    ):
-        start = time.perf_counter()
-        values = [fn(p) for p in parts]
-        elapsed = time.perf_counter() - start
-        timings[family] = timings.get(family, 0.0) + elapsed
-        print(f"  baseline {family}: {elapsed:.1f} s", flush=True)
-        for metric in values[0]:
-            out[metric, "all"] = values[0][metric]
-            out[metric, "avg"] = float(lam @ [v[metric] for v in values[1:]])
+    for family, peers in PEERS.items():
+        for peer, fn in peers.items():
+            start = time.perf_counter()
+            values = [_quiet_prdc(p, y) if family == "prdc" else {family: fn(p, y)} for p in parts]
+            elapsed = time.perf_counter() - start
+            timings[family, peer] = timings.get((family, peer), 0.0) + elapsed
+            print(f"  {peer} {family}: {elapsed:.1f} s", flush=True)
+            for metric in values[0]:
+                value = (values[0][metric], float(lam @ [v[metric] for v in values[1:]]))
+                for aggregation, v in zip(("all", "avg"), value):
+                    out.setdefault((metric, aggregation), {})[peer] = v
     return out
 
 
@@ -163,21 +200,36 @@ def main(argv=None) -> None:
     ours32 = ours(x, clients, models, "float32", t_ours)
     ours64 = None if args.no_float64 else ours(x, clients, models, "float64", {})
     sampled = list(models)[: args.baseline_models]
-    t_base, base = {}, {}
+    t_base, base, peers = {}, {}, {}
     for name in sampled:
-        for key, value in baseline(x, clients, models[name], t_base).items():
-            base[(name, *key)] = value
+        for key, by_peer in baseline(x, clients, models[name], t_base).items():
+            base[(name, *key)] = next(iter(by_peer.values()))  # the reference tool's
+            peers[(name, *key)] = by_peer
     scale = args.models / len(sampled)
 
     print(
-        f"\n{'':8}{'distrank s':>12}{'baseline s':>12}{'ratio':>9}   "
-        f"(baseline timed on {len(sampled)} model(s), x{scale:g})"
+        f"\n{'':8}{'distrank s':>12}  peers' s (timed on {len(sampled)} model(s), x{scale:g})"
+        f"{'fastest/ours':>28}"
     )
-    for family in ("kd", "fd", "prdc"):
-        b = t_base[family] * scale
-        print(f"{family:8}{t_ours[family]:12.2f}{b:12.2f}{b / t_ours[family]:8.1f}x")
-    total_o, total_b = sum(t_ours.values()), sum(t_base.values()) * scale
-    print(f"{'total':8}{total_o:12.2f}{total_b:12.2f}{total_b / total_o:8.1f}x")
+    fastest = {}
+    for family in PEERS:
+        times = {peer: t_base[family, peer] * scale for peer in PEERS[family]}
+        fastest[family] = min(times.values())
+        cells = ", ".join(f"{peer} {t:.2f}" for peer, t in times.items())
+        print(
+            f"{family:8}{t_ours[family]:12.2f}  {cells:40}{fastest[family] / t_ours[family]:8.1f}x"
+        )
+    total_o, total_b = sum(t_ours.values()), sum(fastest.values())
+    print(
+        f"{'total':8}{total_o:12.2f}  {'fastest peer per family ' + f'{total_b:.2f}':40}"
+        f"{total_b / total_o:8.1f}x"
+    )
+    print("\npeers against the reference tool (max relative difference):")
+    for key in sorted({k[1:] for k in peers}):
+        by_peer = [peers[(g, *key)] for g in sampled]
+        for peer in list(PEERS.get(key[0], {}))[1:]:
+            rel = max(_rel(p[peer], next(iter(p.values()))) for p in by_peer)
+            print(f"  {key[0]:10} {key[1]:4} {peer:14} {rel:9.2e}")
 
     print("\nmax relative difference (all and avg, sampled models):")
     for metric in ("kd", "fd") + PRDC:
