@@ -112,7 +112,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, add_arguments in COMMANDS.items():
-        help_line, _, description = inspect.getdoc(add_arguments).partition("\n\n")
+        help_line, _, description = (inspect.getdoc(add_arguments) or "").partition("\n\n")
         p = sub.add_parser(
             name,
             help=help_line.rstrip("."),
