@@ -136,20 +136,12 @@ class KernelGap(Family):
             return float(k(a, a).mean() + k(y, y).mean() - 2 * k(a, y).mean())
 
         def compute():
-            return {
-                name: {
-                    KERNEL_KEY: (
-                        kd(x, y.double()),
-                        np.array(
-                            [
-                                kd(inputs.client_rows(c).double(), y.double())
-                                for c in range(len(groups.names))
-                            ]
-                        ),
-                    )
-                }
-                for name, y in inputs.models.items()
-            }
+            clients = [inputs.client_rows(c).double() for c in range(len(groups.names))]
+            values = {}
+            for name, y in inputs.models.items():
+                y = y.double()
+                values[name] = {KERNEL_KEY: (kd(x, y), np.array([kd(a, y) for a in clients]))}
+            return values
 
         return Run(compute)
 
