@@ -205,8 +205,8 @@ def test_each_client_factor_is_computed_once_for_all_models(monkeypatch):
     x, clients = rng.normal(size=(90, 4)), np.repeat([0, 1, 2], 30)
     models = {f"g{i}": rng.normal(0.1 * i, 1.0, size=(40, 4)) for i in range(4)}
     table = score(x, clients, models, metrics=["fd"], dtype="float64")
-    # the 3 clients and the pool, each factored once and reused against the 4 models
-    assert calls == [(4, 4)] * 4
+    # the 4 models, the 3 clients and the pool, each factored once
+    assert calls == [(4, 4)] * 8
     for name, y in models.items():
         rows = table[(table.model == name) & (table.aggregation == "client")]
         for c in range(3):

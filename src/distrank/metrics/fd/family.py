@@ -13,27 +13,40 @@ from collections.abc import Sequence
 from distrank.metrics.family import Family, Inputs, Pooled, Run, SecureSum, Values
 from distrank.metrics.metric import Metric, Rows
 
-#: Bytes of model covariances FD holds at once (models are scored in chunks of this).
-FD_CHUNK_BYTES = 256 * 2**20
+#: Bytes of model statistics (a (d, d) covariance, or the (d, m <= d) centred rows) FD
+#: holds at once: models are scored in chunks of this.
+FD_CHUNK_BYTES = 512 * 2**20
 
 
 class FD(Family):
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
         import numpy as np
 
-        from distrank.metrics.fd.frechet import frechet_distances, gaussian_stats, pool_stats
+        from distrank.metrics.fd.frechet import (
+            factored,
+            frechet_distances,
+            gaussian_stats,
+            pool_stats,
+        )
 
         def compute() -> Values:
-            # Models in chunks of FD_CHUNK_BYTES of covariances; per chunk, one client's
-            # (d, d) statistics at a time, pooled as they come: memory holds a chunk of
-            # models' and two clients' covariances, whatever the numbers of clients and models.
+            # Models in chunks of FD_CHUNK_BYTES of factors, each factored once; per chunk,
+            # one client's (d, d) statistics at a time, pooled as they come: memory holds a
+            # chunk of models' factors and two clients' covariances, whatever the numbers
+            # of clients and models.
             dev, k, names = inputs.device, len(inputs.groups.sizes), list(inputs.models)
             d = next(iter(inputs.models.values())).shape[1]
             chunk = max(1, FD_CHUNK_BYTES // (8 * d * d))
             fd = np.empty((k + 1, len(names)))
             for start in range(0, len(names), chunk):
                 cols = slice(start, start + chunk)
-                model_stats = [gaussian_stats(inputs.models[n], device=dev) for n in names[cols]]
+                model_stats = factored(
+                    [
+                        gaussian_stats(inputs.models[n], device=dev, covariance=False)
+                        for n in names[cols]
+                    ],
+                    device=dev,
+                )
                 pooled = None
                 for c in range(k):
                     stats = gaussian_stats(inputs.client_rows(c), device=dev)

@@ -7,22 +7,21 @@
 (Dowson and Landau, "The Frechet distance between multivariate normal
 distributions", J. Multivariate Anal. 1982; FID of Heusel et al., NeurIPS 2017.)
 
-The trace term needs no matrix square root: for any factor C1 = G1 G1^T and
-H = C2^1/2 G1, the small symmetric matrix G1^T C2 G1 = H^T H has the nonzero
-eigenvalues of H H^T = C2^1/2 C1 C2^1/2, which are those of C1^1/2 C2 C1^1/2
-(the squared singular values of C1^1/2 C2^1/2), so
+The trace term needs no matrix square root: with factors C1 = G1 G1^T and
+C2 = G2 G2^T, the eigenvalues of C1^1/2 C2 C1^1/2 are the squared singular values
+of X = G2^T G1, so the term is X's trace norm,
 
-    tr (C1^1/2 C2 C1^1/2)^1/2 = sum_j sqrt(eig_j(G1^T C2 G1)),
+    tr (C1^1/2 C2 C1^1/2)^1/2 = sum_j sqrt(eig_j(X^T X))   (or of X X^T, the smaller),
 
-summed over the eigenvalues above rounding noise (the others are zeros). G1 is
-the centred rows (X1 - m1)^T / sqrt(n1 - 1) when a sample has no more rows than
-features (``gaussian_stats`` keeps them: no factorisation at all), else the
-Cholesky factor when C1 is positive definite, else V L^1/2 over the positive
-eigenvalues of C1 (an ``eigh``), which drops the null space of a rank-deficient
-covariance. A factor is computed once per covariance and reused against every
-other; of two covariances the one of lower rank (bound: rows - 1) is factored,
-which keeps the eigenproblem small and free of structural zeros when features
-outnumber rows. Everything is float64; no ``scipy.linalg.sqrtm``.
+summed over the eigenvalues above rounding noise (the others are zeros). G is the
+centred rows (X - m)^T / sqrt(n - 1) when a sample has no more rows than features
+(``gaussian_stats`` keeps them: no factorisation at all), else the Cholesky factor
+when C is positive definite, else V L^1/2 over the positive eigenvalues of C (an
+``eigh``), which drops the null space of a rank-deficient covariance. A factor is
+computed once per covariance and reused against every other; the eigenproblem's size
+is the lower of the two ranks, free of structural zeros when features outnumber rows.
+On the CPU, X^T X is BLAS's ``syrk`` and a Cholesky side's product its ``trmm`` (each
+half a GEMM's flops). Everything is float64; no ``scipy.linalg.sqrtm``.
 
 Every factorisation and root trace runs on one BLAS/LAPACK thread, the independent ones
 side by side on the job's threads (:func:`one_thread_each`): a solve's last bits then
@@ -83,21 +82,25 @@ class GaussianStats:
 
     ``factor``, when set, is a (d, k) matrix G with G G^T = cov: ``gaussian_stats``
     keeps the centred rows (X - mean)^T / sqrt(n - 1) when n <= d. It is local to the
-    process (the statistics a Flower site shares are n, mean and cov only).
+    process (the statistics a Flower site shares are n, mean and cov only). ``cov`` is
+    ``None`` when only the factor was asked for (``gaussian_stats(covariance=False)``).
     """
 
     n: int
     mean: np.ndarray
-    cov: np.ndarray
+    cov: np.ndarray | None
     factor: np.ndarray | None = field(default=None, repr=False)
 
 
-def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianStats:
+def gaussian_stats(
+    x, *, device=None, block_size: int = BLOCK_SIZE, covariance: bool = True
+) -> GaussianStats:
     """Mean and covariance (ddof=1) of the rows of ``x``, streamed in row blocks.
 
     Two passes in float64 whatever the input dtype: the mean, then the centred
     scatter (X_b - mean)^T (X_b - mean) block by block (float32 products would
-    move FD by ~1e-5 relative).
+    move FD by ~1e-5 relative). ``covariance=False``: no covariance when the factor
+    is kept (FD needs only the factor; ``cov`` is then ``None``).
     """
     x = as_features(x, "x")
     n, d = x.shape
@@ -108,16 +111,37 @@ def gaussian_stats(x, *, device=None, block_size: int = BLOCK_SIZE) -> GaussianS
     for b0 in range(0, n, block_size):
         total += x[b0 : b0 + block_size].to(dev).sum(dim=0, dtype=torch.float64)
     mean = total / n
+    if not covariance and n <= min(d, block_size):
+        centred = x.to(dev, torch.float64) - mean
+        return GaussianStats(n, mean.cpu().numpy(), None, _factor_of(centred, n))
     # The first block's product is the scatter (no zeros to add to): for a small client,
     # (d, d) temporaries cost more than its product.
     scatter = None
     for b0 in range(0, n, block_size):
         centred = x[b0 : b0 + block_size].to(dev, torch.float64) - mean
-        product = centred.T @ centred
+        product = _scatter(centred)
         scatter = product if scatter is None else scatter.add_(product)
-    cov = scatter.add(scatter.T).div_(2 * (n - 1))  # exactly symmetric
-    factor = (centred.T / (n - 1) ** 0.5).cpu().numpy() if n <= min(d, block_size) else None
+    if dev.type != "cpu":  # syrk's scatter is exactly symmetric already
+        scatter = scatter.add(scatter.T).div_(2)
+    cov = scatter.div_(n - 1)
+    factor = _factor_of(centred, n) if n <= min(d, block_size) else None
     return GaussianStats(n, mean.cpu().numpy(), cov.cpu().numpy(), factor)
+
+
+def _factor_of(centred: torch.Tensor, n: int) -> np.ndarray:
+    return (centred.T / (n - 1) ** 0.5).cpu().numpy()
+
+
+def _scatter(centred: torch.Tensor) -> torch.Tensor:
+    """centred^T centred; on the CPU by numpy's BLAS ``syrk`` (half a product's flops), on
+    the job's threads (torch's count) whatever numpy's BLAS would take."""
+    if centred.device.type != "cpu":
+        return centred.T @ centred
+    from threadpoolctl import threadpool_limits
+
+    c = centred.numpy()
+    with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+        return torch.from_numpy(c.T @ c)
 
 
 def pool_stats(stats: Sequence[GaussianStats]) -> GaussianStats:
@@ -181,63 +205,77 @@ def frechet_terms(
 ) -> FrechetTerms:
     """The terms of FD of every (reference, model) pair.
 
-    Of each pair, the side with the lower rank bound min(n - 1, d) is factored (its
-    kept rows, else ``sqrt_factor``), once per statistics and reused for all its
-    pairs; a pair then costs two GEMMs and one symmetric eigenvalue problem of that rank.
-    The factors, then the pairs, are solved side by side (:func:`one_thread_each`).
+    Every statistics is factored once (its kept rows, else ``sqrt_factor``) and reused for
+    all its pairs; a pair then costs one product X = G_b^T G_a (a triangular one when
+    G_b is a Cholesky factor), the Gram matrix of X's smaller side and one symmetric
+    eigenvalue problem of that size (:func:`_root_trace`). The factors, then the pairs
+    (largest first), are solved side by side (:func:`one_thread_each`).
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
     if len(dims) > 1:
         raise ValueError(f"stats: dimensions differ between references and models: {sorted(dims)}")
-    cache = _Factors(stats, resolve_device(device))
     shape = (len(references), len(models))
-    mean, pairs = np.empty(shape), []  # pairs: (factored side, other side)
-    for r, ref in enumerate(references):
-        for g, model in enumerate(models):
-            i, j = r, len(references) + g
-            pairs.append((j, i) if cache.rank_bound(j) < cache.rank_bound(i) else (i, j))
-            mean[r, g] = float(np.sum((ref.mean - model.mean) ** 2))
-    for i in {k for pair in pairs for k in pair}:
-        cache.cov(i)  # here, not in the workers: one copy each
+    mean = np.array([[float(np.sum((r.mean - m.mean) ** 2)) for m in models] for r in references])
+    cache = _Factors(stats, resolve_device(device))
+    pairs = [(r, len(references) + g) for r in range(shape[0]) for g in range(shape[1])]
     with one_thread_each() as map_:
-        map_(cache.factor, sorted({i for i, _ in pairs}))  # each factor once, side by side
-        roots = map_(lambda pair: _root_trace(cache.factor(pair[0]), cache.cov(pair[1])), pairs)
-    root = np.array(roots, dtype=np.float64).reshape(shape)
-    traces = [float(np.trace(s.cov)) for s in stats]
+        map_(cache.factor, range(len(stats)))  # each factor once, side by side
+        order = sorted(range(len(pairs)), key=lambda p: -cache.cost(*pairs[p]))
+        roots = map_(
+            lambda p: _root_trace(*cache.factor(pairs[p][0]), *cache.factor(pairs[p][1])), order
+        )
+    root = np.empty(len(pairs))
+    root[order] = roots
+    traces = [_trace(s) for s in stats]
     trace_reference = np.repeat(np.array(traces[: len(references)])[:, None], shape[1], axis=1)
     trace_model = np.repeat(np.array(traces[len(references) :])[None, :], shape[0], axis=0)
-    return FrechetTerms(mean, trace_reference, trace_model, root)
+    return FrechetTerms(mean, trace_reference, trace_model, root.reshape(shape))
+
+
+def factored(stats: Sequence[GaussianStats], *, device=None) -> list[GaussianStats]:
+    """``stats`` with their square-root factors made, side by side, and kept in place of
+    their covariances: for statistics that meet many others in separate calls (FD's
+    models, against one client at a time)."""
+    cache = _Factors(stats, resolve_device(device))
+    with one_thread_each() as map_:
+        factors = map_(lambda i: cache.factor(i)[0], range(len(stats)))
+    return [
+        GaussianStats(s.n, s.mean, None, g if isinstance(g, np.ndarray) else g.cpu().numpy())
+        for s, g in zip(stats, factors)
+    ]
+
+
+def _trace(s: GaussianStats) -> float:
+    return float(np.trace(s.cov)) if s.cov is not None else float(np.sum(s.factor**2))
 
 
 class _Factors:
-    """The covariances (float64 on ``device``) and square-root factors of ``stats``,
-    each made once, on first use."""
+    """A square-root factor (G, lower) of each of ``stats``, made once on first use: G G^T
+    = cov, ``lower`` when G is a (d, d) Cholesky factor. numpy float64 on the CPU, where
+    the products take BLAS's triangular and symmetric routines (``trmm``, ``syrk``, which
+    torch does not call), else a torch tensor on ``device``."""
 
     def __init__(self, stats: Sequence[GaussianStats], device):
-        self.stats, self.device = stats, device
-        self.covs, self.factors = {}, {}
+        self.stats, self.device, self.factors = stats, device, {}
 
-    def cov(self, i: int) -> torch.Tensor:
-        if i not in self.covs:
-            self.covs[i] = torch.as_tensor(
-                self.stats[i].cov, dtype=torch.float64, device=self.device
-            )
-        return self.covs[i]
-
-    def factor(self, i: int) -> torch.Tensor:
+    def factor(self, i: int) -> tuple:
         if i not in self.factors:
-            if self.stats[i].factor is not None:
-                self.factors[i] = torch.as_tensor(
-                    self.stats[i].factor, dtype=torch.float64, device=self.device
-                )
+            s = self.stats[i]
+            if s.factor is not None:
+                g = torch.as_tensor(s.factor, dtype=torch.float64, device=self.device)
             else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
-                full_rank = self.rank_bound(i) == len(self.stats[i].mean)
-                self.factors[i] = sqrt_factor(self.cov(i), try_cholesky=full_rank)
+                cov = torch.as_tensor(s.cov, dtype=torch.float64, device=self.device)
+                g = sqrt_factor(cov, try_cholesky=s.n > len(s.mean))
+            lower = g.shape[0] == g.shape[1] and not bool(g.triu(1).any())
+            self.factors[i] = (g.numpy() if self.device.type == "cpu" else g, lower)
         return self.factors[i]
 
-    def rank_bound(self, i: int) -> int:
-        return min(self.stats[i].n - 1, self.stats[i].mean.shape[0])
+    def cost(self, i: int, j: int) -> float:
+        """The flops of the pair's root trace, roughly (its schedule's order)."""
+        a, b = (self.factor(k)[0].shape[1] for k in (i, j))
+        d = len(self.stats[i].mean)
+        return d * a * b + min(a, b) ** 2 * max(a, b) + 10 * min(a, b) ** 3
 
 
 def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor:
@@ -256,19 +294,45 @@ def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor
     return vecs[:, keep] * vals[keep].sqrt()
 
 
-def _root_trace(factor: torch.Tensor, cov: torch.Tensor) -> float:
-    """tr (C1^1/2 C2 C1^1/2)^1/2 from C1 = factor factor^T and C2 = ``cov``.
-
-    Eigenvalues below r * eps * max eigenvalue are rounding noise (the backward
-    error of ``eigvalsh``) and count as 0: the square root would turn a noise of
-    1e-16 into 1e-8 for every zero eigenvalue of a singular product.
-    """
-    if factor.shape[1] == 0:
+def _root_trace(ga, lower_a: bool, gb, lower_b: bool) -> float:
+    """tr (C_a^1/2 C_b C_a^1/2)^1/2 from C_a = G_a G_a^T and C_b = G_b G_b^T: the trace
+    norm of X = G_b^T G_a, i.e. the sum of the square roots of the eigenvalues of X's
+    smaller Gram matrix (:func:`root_sum`). A lower-triangular factor is taken as G_b
+    (``trmm``: half a product's flops)."""
+    if lower_a and not lower_b:
+        ga, gb, lower_b = gb, ga, True
+    if min(ga.shape[1], gb.shape[1]) == 0:
         return 0.0
-    inner = factor.T @ cov @ factor
-    vals = torch.linalg.eigvalsh((inner + inner.T) / 2)
-    tol = inner.shape[0] * torch.finfo(vals.dtype).eps * max(float(vals[-1]), 0.0)
-    return float(vals[vals > tol].sqrt().sum())
+    if isinstance(ga, np.ndarray):
+        from scipy.linalg.blas import dtrmm
+
+        x = dtrmm(1.0, gb.T, ga) if lower_b else gb.T @ ga  # gb.T: upper, Fortran order
+    else:
+        x = gb.T @ ga
+    return root_sum(gram(x))
+
+
+def gram(x):
+    """The smaller Gram matrix of ``x``: x^T x or x x^T (numpy: BLAS's ``syrk``, one
+    triangle computed and mirrored, so exactly symmetric)."""
+    return x.T @ x if x.shape[1] <= x.shape[0] else x @ x.T
+
+
+def root_sum(gram) -> float:
+    """Sum of the square roots of the eigenvalues of a symmetric positive semi-definite
+    ``gram`` (``eigvalsh``: LAPACK's ``dsyevd``, eigenvalues only; numpy's releases the
+    GIL, so that solves overlap on the job's threads, where scipy's and torch's did not).
+
+    Eigenvalues below r * eps * max eigenvalue are rounding noise (the backward error of
+    the solver) and count as 0: the square root would turn a noise of 1e-16 into 1e-8
+    for every zero eigenvalue of a singular matrix.
+    """
+    if isinstance(gram, np.ndarray):
+        vals = np.linalg.eigvalsh(gram)
+    else:
+        vals = torch.linalg.eigvalsh((gram + gram.T) / 2).cpu().numpy()
+    tol = len(gram) * np.finfo(np.float64).eps * max(float(vals[-1]), 0.0)
+    return float(np.sqrt(vals[vals > tol]).sum())
 
 
 # -- FD from moments summed with errors (secure mode) -----------------------------------
@@ -362,11 +426,7 @@ def _fd_value(client, model, products, rows) -> float:
     """FD from (mean, tr C) of the client, (mean, tr S, m) of the model (means relative
     to the same centre) and the client's rows (``None``: all) of the products X G."""
     (mu, tr_c), (m, tr_s, m_rows) = client, model
-    gram = _centred_gram(products, rows)
-    vals = torch.linalg.eigvalsh((gram + gram.T) / 2)
-    # Eigenvalues below r * eps * max are rounding noise of a singular Gram matrix.
-    tol = gram.shape[0] * torch.finfo(vals.dtype).eps * max(float(vals[-1]), 0.0)
-    nuclear = float(vals[vals > tol].sqrt().sum())
+    nuclear = root_sum(_centred_gram(products, rows))
     n_rows = products.shape[0] if rows is None else rows.shape[0]
     scale = ((n_rows - 1) * (m_rows - 1)) ** 0.5
     return float(((mu - m) ** 2).sum()) + tr_c + tr_s - 2.0 * nuclear / scale
@@ -374,20 +434,20 @@ def _fd_value(client, model, products, rows) -> float:
 
 def _centred_gram(products: torch.Tensor, rows) -> torch.Tensor:
     """The smaller Gram matrix of the rows' column-centred products: A A^T (rows x
-    rows) when there are no more rows than columns, else A^T A summed over row blocks
-    (no copy of all the rows)."""
+    rows) when there are no more rows than columns (numpy on the CPU: :func:`gram`),
+    else A^T A summed over row blocks (no copy of all the rows)."""
     if rows is not None and rows.shape[0] <= products.shape[1]:
         a = products[rows]
         a -= a.mean(dim=0)
-        return a @ a.T
+        return gram(a.numpy()) if a.device.type == "cpu" else a @ a.T
     chunks = products.split(_FD_BLOCK) if rows is None else rows.split(_FD_BLOCK)
     pick = (lambda c: c) if rows is None else (lambda c: products[c])
     mean = sum(pick(c).sum(dim=0) for c in chunks) / (
         products.shape[0] if rows is None else rows.shape[0]
     )
     r = products.shape[1]
-    gram = torch.zeros(r, r, dtype=products.dtype, device=products.device)
+    total = torch.zeros(r, r, dtype=products.dtype, device=products.device)
     for c in chunks:
         a = pick(c) - mean
-        gram += a.T @ a
-    return gram
+        total += a.T @ a
+    return total.numpy() if total.device.type == "cpu" else total
