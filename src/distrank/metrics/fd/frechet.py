@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -250,6 +251,11 @@ def _trace(s: GaussianStats) -> float:
     return float(np.trace(s.cov)) if s.cov is not None else float(np.sum(s.factor**2))
 
 
+#: statistics -> device -> (G, lower), kept while the statistics live: calls that meet
+#: the same statistics again (E4's settings, one model a call) factor them once.
+_FACTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class _Factors:
     """A square-root factor (G, lower) of each of ``stats``, made once on first use: G G^T
     = cov, ``lower`` when G is a (d, d) Cholesky factor. numpy float64 on the CPU, where
@@ -257,10 +263,11 @@ class _Factors:
     torch does not call), else a torch tensor on ``device``."""
 
     def __init__(self, stats: Sequence[GaussianStats], device):
-        self.stats, self.device, self.factors = stats, device, {}
+        self.stats, self.device = stats, device
+        self.known = [_FACTORS.setdefault(s, {}) for s in stats]  # here: workers only read
 
     def factor(self, i: int) -> tuple:
-        if i not in self.factors:
+        if self.device not in self.known[i]:
             s = self.stats[i]
             if s.factor is not None:
                 g = torch.as_tensor(s.factor, dtype=torch.float64, device=self.device)
@@ -268,8 +275,8 @@ class _Factors:
                 cov = torch.as_tensor(s.cov, dtype=torch.float64, device=self.device)
                 g = sqrt_factor(cov, try_cholesky=s.n > len(s.mean))
             lower = g.shape[0] == g.shape[1] and not bool(g.triu(1).any())
-            self.factors[i] = (g.numpy() if self.device.type == "cpu" else g, lower)
-        return self.factors[i]
+            self.known[i][self.device] = (g.numpy() if self.device.type == "cpu" else g, lower)
+        return self.known[i][self.device]
 
     def cost(self, i: int, j: int) -> float:
         """The flops of the pair's root trace, roughly (its schedule's order)."""
