@@ -304,7 +304,7 @@ def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor
 def _root_trace(ga, lower_a: bool, gb, lower_b: bool) -> float:
     """tr (C_a^1/2 C_b C_a^1/2)^1/2 from C_a = G_a G_a^T and C_b = G_b G_b^T: the trace
     norm of X = G_b^T G_a, i.e. the sum of the square roots of the eigenvalues of X's
-    smaller Gram matrix (:func:`root_sum`). A lower-triangular factor is taken as G_b
+    smaller Gram matrix (:func:`_root_sum`). A lower-triangular factor is taken as G_b
     (``trmm``: half a product's flops)."""
     if lower_a and not lower_b:
         ga, gb, lower_b = gb, ga, True
@@ -316,16 +316,16 @@ def _root_trace(ga, lower_a: bool, gb, lower_b: bool) -> float:
         x = dtrmm(1.0, gb.T, ga) if lower_b else gb.T @ ga  # gb.T: upper, Fortran order
     else:
         x = gb.T @ ga
-    return root_sum(gram(x))
+    return _root_sum(_gram(x))
 
 
-def gram(x):
+def _gram(x):
     """The smaller Gram matrix of ``x``: x^T x or x x^T (numpy: BLAS's ``syrk``, one
     triangle computed and mirrored, so exactly symmetric)."""
     return x.T @ x if x.shape[1] <= x.shape[0] else x @ x.T
 
 
-def root_sum(gram) -> float:
+def _root_sum(gram) -> float:
     """Sum of the square roots of the eigenvalues of a symmetric positive semi-definite
     ``gram`` (``eigvalsh``: LAPACK's ``dsyevd``, eigenvalues only; numpy's releases the
     GIL, so that solves overlap on the job's threads, where scipy's and torch's did not).
@@ -433,20 +433,20 @@ def _fd_value(client, model, products, rows) -> float:
     """FD from (mean, tr C) of the client, (mean, tr S, m) of the model (means relative
     to the same centre) and the client's rows (``None``: all) of the products X G."""
     (mu, tr_c), (m, tr_s, m_rows) = client, model
-    nuclear = root_sum(_centred_gram(products, rows))
+    nuclear = _root_sum(_centred_gram(products, rows))
     n_rows = products.shape[0] if rows is None else rows.shape[0]
     scale = ((n_rows - 1) * (m_rows - 1)) ** 0.5
     return float(((mu - m) ** 2).sum()) + tr_c + tr_s - 2.0 * nuclear / scale
 
 
-def _centred_gram(products: torch.Tensor, rows) -> torch.Tensor:
+def _centred_gram(products: torch.Tensor, rows):
     """The smaller Gram matrix of the rows' column-centred products: A A^T (rows x
-    rows) when there are no more rows than columns (numpy on the CPU: :func:`gram`),
-    else A^T A summed over row blocks (no copy of all the rows)."""
+    rows) when there are no more rows than columns (numpy on the CPU: :func:`_gram`),
+    else A^T A summed over row blocks (no copy of all the rows); numpy on the CPU."""
     if rows is not None and rows.shape[0] <= products.shape[1]:
         a = products[rows]
         a -= a.mean(dim=0)
-        return gram(a.numpy()) if a.device.type == "cpu" else a @ a.T
+        return _gram(a.numpy()) if a.device.type == "cpu" else a @ a.T
     chunks = products.split(_FD_BLOCK) if rows is None else rows.split(_FD_BLOCK)
     pick = (lambda c: c) if rows is None else (lambda c: products[c])
     mean = sum(pick(c).sum(dim=0) for c in chunks) / (
