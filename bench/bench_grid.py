@@ -158,6 +158,14 @@ def ours(x, clients, models, dtype, timings, alone=True):
     return {(r.model, r.metric, r.aggregation): r.value for r in pooled.itertuples()}
 
 
+def warm_up(x, clients, models):
+    """One call on 20 rows of each client and 50 of each model: libraries loaded, threads
+    started."""
+    rows = np.concatenate([np.flatnonzero(clients == c)[:20] for c in np.unique(clients)])
+    warm = {name: y[:50] for name, y in models.items()}
+    score(x[rows], clients[rows], warm, metrics=["kd", "fd", *PRDC], pr_k=K_NN, dc_k=K_NN)
+
+
 def _arguments(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="M=4, K=4, n=2000, m=500, d=256")
@@ -196,10 +204,7 @@ def main(argv=None) -> None:
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
     )
 
-    # a warm-up call on 20 rows of each client: libraries loaded, threads started
-    rows = np.concatenate([np.flatnonzero(clients == c)[:20] for c in np.unique(clients)])
-    warm = {name: y[:50] for name, y in models.items()}
-    score(x[rows], clients[rows], warm, metrics=["kd", "fd", *PRDC], pr_k=K_NN, dc_k=K_NN)
+    warm_up(x, clients, models)
     t_ours = {}
     ours32 = ours(x, clients, models, "float32", t_ours)
     ours64 = None if args.no_float64 else ours(x, clients, models, "float64", {}, alone=False)
