@@ -16,6 +16,7 @@ from distrank.metrics import (
     pool_stats,
     score,
 )
+from distrank.metrics.fd.frechet import factored
 
 RNG = np.random.default_rng(1982)
 
@@ -103,6 +104,30 @@ def test_fewer_rows_than_features_match_the_nuclear_norm_form(n, m):
     assert frechet_distance(sy, sx) == pytest.approx(expected, rel=1e-12)
     bare = [GaussianStats(s.n, s.mean, s.cov) for s in (sx, sy)]  # the eigh factor instead
     assert frechet_distance(*bare) == pytest.approx(expected, rel=1e-12)
+
+
+def test_triangular_factors_skip_their_zeros_and_keep_the_values(monkeypatch):
+    """``factored`` turns kept rows into R^T of a QR (zeros above the diagonal, the same
+    covariance); the block products that skip those zeros, with 7 columns a block here,
+    give the nuclear-norm form's root for every mix of triangular and full factors."""
+    import distrank.metrics.fd.frechet as fd_module
+
+    monkeypatch.setattr(fd_module, "_STEP", 7)
+    d = 30
+    x, y = RNG.normal(size=(20, d)), RNG.normal(0.2, 1.3, size=(25, d))
+    full = RNG.normal(size=(200, d))  # more rows than d: a Cholesky factor
+    a, b = ((s - s.mean(axis=0)) / np.sqrt(len(s) - 1) for s in (x, y))
+    sx, sy, sf = (gaussian_stats(s) for s in (x, y, full))
+    tx, ty = factored([sx, sy])
+    for s, t in ((sx, tx), (sy, ty)):
+        assert not np.triu(t.factor, 1).any() and t.cov is None
+        np.testing.assert_allclose(t.factor @ t.factor.T, s.factor @ s.factor.T, atol=1e-12)
+    c = np.linalg.cholesky(sf.cov)  # the pool's side: the root is |c^T b^T|_*
+    expected = np.linalg.svd(a @ b.T, compute_uv=False).sum()
+    against_full = np.linalg.svd(c.T @ b.T, compute_uv=False).sum()
+    terms = frechet_terms([sx, tx, sf], [sy, ty])
+    np.testing.assert_allclose(terms.root[:2], expected, rtol=1e-12)
+    np.testing.assert_allclose(terms.root[2], against_full, rtol=1e-12)
 
 
 def test_terms_are_the_closed_form_parts_and_sum_to_fd():

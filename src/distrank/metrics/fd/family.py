@@ -32,12 +32,19 @@ class FD(Family):
         def compute() -> Values:
             # Models in chunks of FD_CHUNK_BYTES of factors, each factored once; per chunk,
             # one client's (d, d) statistics at a time, pooled as they come: memory holds a
-            # chunk of models' factors and two clients' covariances, whatever the numbers
-            # of clients and models.
+            # chunk of models' factors, one client's covariance and the pool's sum, whatever
+            # the numbers of clients and models.
             dev, k, names = inputs.device, len(inputs.groups.sizes), list(inputs.models)
             d = next(iter(inputs.models.values())).shape[1]
             chunk = max(1, FD_CHUNK_BYTES // (8 * d * d))
             fd = np.empty((k + 1, len(names)))
+
+            def clients(cols: slice, models: list):  # each client's FDs, then its statistics
+                for c in range(k):
+                    stats = gaussian_stats(inputs.client_rows(c), device=dev)
+                    fd[c, cols] = frechet_distances([stats], models, device=dev)[0]
+                    yield stats
+
             for start in range(0, len(names), chunk):
                 cols = slice(start, start + chunk)
                 model_stats = factored(
@@ -47,11 +54,7 @@ class FD(Family):
                     ],
                     device=dev,
                 )
-                pooled = None
-                for c in range(k):
-                    stats = gaussian_stats(inputs.client_rows(c), device=dev)
-                    fd[c, cols] = frechet_distances([stats], model_stats, device=dev)[0]
-                    pooled = stats if pooled is None else pool_stats([pooled, stats])
+                pooled = pool_stats(clients(cols, model_stats))
                 fd[k, cols] = frechet_distances([pooled], model_stats, device=dev)[0]
             return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(names)}
 

@@ -20,8 +20,11 @@ when C is positive definite, else V L^1/2 over the positive eigenvalues of C (an
 ``eigh``), which drops the null space of a rank-deficient covariance. A factor is
 computed once per covariance and reused against every other; the eigenproblem's size
 is the lower of the two ranks, free of structural zeros when features outnumber rows.
-On the CPU, X^T X is BLAS's ``syrk`` and a Cholesky side's product its ``trmm`` (each
-half a GEMM's flops). Everything is float64; no ``scipy.linalg.sqrtm``.
+On the CPU, X's Gram matrix is BLAS's ``syrk`` (half a GEMM's flops), and a factor with
+zeros above its diagonal (Cholesky's; kept rows that :func:`factored` turned into R^T of
+a QR, for statistics that meet many others) has them skipped by X's block products: half
+a GEMM's flops with one such side, a third with two. Everything is float64; no
+``scipy.linalg.sqrtm``.
 
 Every factorisation and root trace runs on one BLAS/LAPACK thread, the independent ones
 side by side on the job's threads (:func:`one_thread_each`): a solve's last bits then
@@ -145,7 +148,7 @@ def _scatter(centred: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(c.T @ c)
 
 
-def pool_stats(stats: Sequence[GaussianStats]) -> GaussianStats:
+def pool_stats(stats: Iterable[GaussianStats]) -> GaussianStats:
     """The exact statistics of the union of the samples behind ``stats``.
 
     With n = sum n_i, mean = sum n_i mean_i / n and (ddof=1)
@@ -153,20 +156,26 @@ def pool_stats(stats: Sequence[GaussianStats]) -> GaussianStats:
         (n - 1) C = sum_i (n_i - 1) C_i + sum_i n_i (mean_i - mean)(mean_i - mean)^T,
 
     the within-client plus the between-client scatter (Chan, Golub and LeVeque,
-    "Algorithms for computing the sample variance", 1983).
+    "Algorithms for computing the sample variance", 1983). ``stats`` may be an iterator:
+    each covariance is added as it comes (memory: one (d, d) sum and the means).
     """
-    if not stats:
+    sizes, means, scatter = [], [], None
+    for s in stats:
+        d = len(means[0]) if means else len(s.mean)
+        if s.mean.shape != (d,) or s.cov.shape != (d, d):
+            raise ValueError("stats: dimensions differ between the statistics")
+        if scatter is None:
+            scatter = (s.n - 1) * s.cov  # in place from here: (d, d) temporaries
+        else:  # dominate when clients are small
+            scatter += (s.n - 1) * s.cov
+        sizes.append(s.n)
+        means.append(s.mean)
+    if scatter is None:
         raise ValueError("stats: expected at least one GaussianStats")
-    d = stats[0].mean.shape[0]
-    if any(s.mean.shape != (d,) or s.cov.shape != (d, d) for s in stats):
-        raise ValueError("stats: dimensions differ between the statistics")
-    n = sum(s.n for s in stats)
-    mean = sum(s.n * s.mean for s in stats) / n
-    scatter = (stats[0].n - 1) * stats[0].cov  # in place from here: (d, d) temporaries
-    for s in stats[1:]:  # dominate when clients are small
-        scatter += (s.n - 1) * s.cov
-    offsets = np.stack([s.mean - mean for s in stats])  # (k, d)
-    scatter += (offsets.T * np.array([s.n for s in stats], dtype=np.float64)) @ offsets
+    n = sum(sizes)
+    mean = sum(k * m for k, m in zip(sizes, means)) / n
+    offsets = np.stack([m - mean for m in means])  # (k, d)
+    scatter += (offsets.T * np.array(sizes, dtype=np.float64)) @ offsets
     scatter /= n - 1
     return GaussianStats(n, mean, scatter)
 
@@ -237,14 +246,23 @@ def frechet_terms(
 def factored(stats: Sequence[GaussianStats], *, device=None) -> list[GaussianStats]:
     """``stats`` with their square-root factors made, side by side, and kept in place of
     their covariances: for statistics that meet many others in separate calls (FD's
-    models, against one client at a time)."""
+    models, against one client at a time). On the CPU, kept rows G become R^T of a QR of
+    G^T (the same G G^T), with zeros above the diagonal that every product then skips."""
     cache = _Factors(stats, resolve_device(device))
+
+    def made(i: int) -> np.ndarray:
+        g, lower = cache.factor(i)
+        if not isinstance(g, np.ndarray):
+            return g.cpu().numpy()
+        if lower:
+            return g
+        from scipy.linalg import qr
+
+        return qr(g.T, mode="r", check_finite=False)[0].T
+
     with one_thread_each() as map_:
-        factors = map_(lambda i: cache.factor(i)[0], range(len(stats)))
-    return [
-        GaussianStats(s.n, s.mean, None, g if isinstance(g, np.ndarray) else g.cpu().numpy())
-        for s, g in zip(stats, factors)
-    ]
+        factors = map_(made, range(len(stats)))
+    return [GaussianStats(s.n, s.mean, None, g) for s, g in zip(stats, factors)]
 
 
 def _trace(s: GaussianStats) -> float:
@@ -258,8 +276,9 @@ _FACTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 class _Factors:
     """A square-root factor (G, lower) of each of ``stats``, made once on first use: G G^T
-    = cov, ``lower`` when G is a (d, d) Cholesky factor. numpy float64 on the CPU, where
-    the products take BLAS's triangular and symmetric routines (``trmm``, ``syrk``, which
+    = cov, ``lower`` when G has zeros above its diagonal (a Cholesky factor, or kept rows
+    made triangular by :func:`factored`). numpy float64 on the CPU, where the products
+    skip those zeros (:func:`_product`) and the Gram matrices take BLAS's ``syrk`` (which
     torch does not call), else a torch tensor on ``device``."""
 
     def __init__(self, stats: Sequence[GaussianStats], device):
@@ -274,7 +293,7 @@ class _Factors:
             else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
                 cov = torch.as_tensor(s.cov, dtype=torch.float64, device=self.device)
                 g = sqrt_factor(cov, try_cholesky=s.n > len(s.mean))
-            lower = g.shape[0] == g.shape[1] and not bool(g.triu(1).any())
+            lower = not bool(g.triu(1).any())
             self.known[i][self.device] = (g.numpy() if self.device.type == "cpu" else g, lower)
         return self.known[i][self.device]
 
@@ -304,19 +323,33 @@ def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor
 def _root_trace(ga, lower_a: bool, gb, lower_b: bool) -> float:
     """tr (C_a^1/2 C_b C_a^1/2)^1/2 from C_a = G_a G_a^T and C_b = G_b G_b^T: the trace
     norm of X = G_b^T G_a, i.e. the sum of the square roots of the eigenvalues of X's
-    smaller Gram matrix (:func:`_root_sum`). A lower-triangular factor is taken as G_b
-    (``trmm``: half a product's flops)."""
-    if lower_a and not lower_b:
-        ga, gb, lower_b = gb, ga, True
+    smaller Gram matrix (:func:`_root_sum`)."""
     if min(ga.shape[1], gb.shape[1]) == 0:
         return 0.0
-    if isinstance(ga, np.ndarray):
-        from scipy.linalg.blas import dtrmm
-
-        x = dtrmm(1.0, gb.T, ga) if lower_b else gb.T @ ga  # gb.T: upper, Fortran order
-    else:
-        x = gb.T @ ga
+    x = _product(gb, lower_b, ga, lower_a) if isinstance(ga, np.ndarray) else gb.T @ ga
     return _root_sum(_gram(x))
+
+
+_STEP = 384  # columns of a factor with zeros above its diagonal per block of a product
+
+
+def _product(a: np.ndarray, lower_a: bool, b: np.ndarray, lower_b: bool) -> np.ndarray:
+    """a^T b for factors a (d, p) and b (d, q). A ``lower`` side has zeros above its
+    diagonal and is taken in column blocks of ``_STEP``: the block of columns from j
+    meets the other side's rows from j only (rows from the larger start when both are
+    lower), so the zeros cost no flops."""
+    if not (lower_a or lower_b):
+        return a.T @ b
+    out = np.empty((a.shape[1], b.shape[1]))
+    step_a, step_b = (
+        _STEP if lower else n for lower, n in ((lower_a, len(out)), (lower_b, out.shape[1]))
+    )
+    for i in range(0, a.shape[1], step_a):
+        for j in range(0, b.shape[1], step_b):
+            k = max(i if lower_a else 0, j if lower_b else 0)
+            block = out[i : i + step_a, j : j + step_b]
+            np.matmul(a[k:, i : i + step_a].T, b[k:, j : j + step_b], out=block)
+    return out
 
 
 def _gram(x):
