@@ -16,12 +16,13 @@ D = 1280  # where MKL's threaded eigvalsh varied in its last bits from process t
 
 # Run in each subprocess: FD's terms of two references (a full-rank covariance, factored by
 # Cholesky, and 600 rows, kept as their factor) against two models (a covariance with the
-# same eigenvectors, and 900 rows), with torch held to argv[1] threads; the terms' bytes.
+# same eigenvectors, and 900 rows, made triangular by a QR), with torch held to argv[1]
+# threads; the terms' bytes.
 SCRIPT = """
 import sys
 import numpy as np
 import torch
-from distrank.metrics.fd.frechet import GaussianStats, frechet_terms, gaussian_stats
+from distrank.metrics.fd.frechet import GaussianStats, factored, frechet_terms, gaussian_stats
 
 torch.set_num_threads(int(sys.argv[1]))
 rng = np.random.default_rng(39)
@@ -31,7 +32,7 @@ a, b = rng.uniform(0.1, 3.0, d), rng.uniform(0.1, 3.0, d)
 stats_a = GaussianStats(10 * d, rng.normal(size=d), (q * a) @ q.T)
 stats_b = GaussianStats(10 * d, rng.normal(size=d), (q * b) @ q.T)
 x, y = rng.normal(size=(600, d)), rng.normal(0.2, 1.3, size=(900, d))
-t = frechet_terms([stats_a, gaussian_stats(x)], [stats_b, gaussian_stats(y)])
+t = frechet_terms([stats_a, gaussian_stats(x)], factored([stats_b, gaussian_stats(y)]))
 sys.stdout.write(np.stack([t.mean, t.trace_reference, t.trace_model, t.root]).tobytes().hex())
 """
 
