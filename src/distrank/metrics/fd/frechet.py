@@ -216,9 +216,9 @@ def frechet_terms(
     """The terms of FD of every (reference, model) pair.
 
     Every statistics is factored once (its kept rows, else ``sqrt_factor``) and reused for
-    all its pairs; a pair then costs one product X = G_b^T G_a (a triangular one when
-    G_b is a Cholesky factor), the Gram matrix of X's smaller side and one symmetric
-    eigenvalue problem of that size (:func:`_root_trace`). The factors, then the pairs
+    all its pairs; a pair then costs one product X = G_b^T G_a (skipping the zeros above
+    a triangular factor's diagonal), the Gram matrix of X's smaller side and one
+    symmetric eigenvalue problem of that size (:func:`_root_trace`). The factors, then the pairs
     (largest first), are solved side by side (:func:`one_thread_each`).
     """
     stats = list(references) + list(models)
