@@ -218,8 +218,8 @@ def frechet_terms(
     Every statistics is factored once (its kept rows, else ``sqrt_factor``) and reused for
     all its pairs; a pair then costs one product X = G_b^T G_a (skipping the zeros above
     a triangular factor's diagonal), the Gram matrix of X's smaller side and one
-    symmetric eigenvalue problem of that size (:func:`_root_trace`). The factors, then the pairs
-    (largest first), are solved side by side (:func:`one_thread_each`).
+    symmetric eigenvalue problem of that size (:func:`_root_trace`). The factors, then
+    the pairs (largest first), are solved side by side (:func:`one_thread_each`).
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
@@ -340,12 +340,11 @@ def _product(a: np.ndarray, lower_a: bool, b: np.ndarray, lower_b: bool) -> np.n
     lower), so the zeros cost no flops."""
     if not (lower_a or lower_b):
         return a.T @ b
-    out = np.empty((a.shape[1], b.shape[1]))
-    step_a, step_b = (
-        _STEP if lower else n for lower, n in ((lower_a, len(out)), (lower_b, out.shape[1]))
-    )
-    for i in range(0, a.shape[1], step_a):
-        for j in range(0, b.shape[1], step_b):
+    p, q = a.shape[1], b.shape[1]
+    out = np.empty((p, q))
+    step_a, step_b = _STEP if lower_a else p, _STEP if lower_b else q
+    for i in range(0, p, step_a):
+        for j in range(0, q, step_b):
             k = max(i if lower_a else 0, j if lower_b else 0)
             block = out[i : i + step_a, j : j + step_b]
             np.matmul(a[k:, i : i + step_a].T, b[k:, j : j + step_b], out=block)
