@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.linalg
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
@@ -106,28 +107,50 @@ def test_fewer_rows_than_features_match_the_nuclear_norm_form(n, m):
     assert frechet_distance(*bare) == pytest.approx(expected, rel=1e-12)
 
 
-def test_triangular_factors_skip_their_zeros_and_keep_the_values(monkeypatch):
-    """``factored`` turns kept rows into R^T of a QR (zeros above the diagonal, the same
-    covariance); the block products that skip those zeros, with 7 columns a block here,
-    give the nuclear-norm form's root for every mix of triangular and full factors."""
+def test_factors_with_zeros_skip_them_and_keep_the_values(monkeypatch):
+    """References' factors have zeros above their diagonal (kept rows as R^T of a QR,
+    Cholesky), models' zeros below the diagonal of their bottom block (``factored``,
+    reversed Cholesky); the block products and Gram matrices that skip them, with 7
+    columns a block here, give the nuclear-norm root (numpy's SVD) for every pair of
+    structures, full factors (an ``eigh``'s) and factors of the other role included."""
     import distrank.metrics.fd.frechet as fd_module
 
     monkeypatch.setattr(fd_module, "_STEP", 7)
     d = 30
-    x, y = RNG.normal(size=(20, d)), RNG.normal(0.2, 1.3, size=(25, d))
-    full = RNG.normal(size=(200, d))  # more rows than d: a Cholesky factor
-    a, b = ((s - s.mean(axis=0)) / np.sqrt(len(s) - 1) for s in (x, y))
-    sx, sy, sf = (gaussian_stats(s) for s in (x, y, full))
+    draws = [RNG.normal(size=(20, d)), RNG.normal(0.2, 1.3, size=(25, d))]
+    draws += [RNG.normal(size=(200, d)), RNG.normal(0.5, 0.8, size=(90, d))]  # n > d
+    kept = [((s - s.mean(axis=0)) / np.sqrt(len(s) - 1)).T for s in draws[:2]]
+    sx, sy, sf, sg = (gaussian_stats(s) for s in draws)
     tx, ty = factored([sx, sy])
     for s, t in ((sx, tx), (sy, ty)):
-        assert not np.triu(t.factor, 1).any() and t.cov is None
+        r = t.factor.shape[1]
+        assert not np.tril(t.factor, r - d - 1).any() and t.cov is None
         np.testing.assert_allclose(t.factor @ t.factor.T, s.factor @ s.factor.T, atol=1e-12)
-    c = np.linalg.cholesky(sf.cov)  # the pool's side: the root is |c^T b^T|_*
-    expected = np.linalg.svd(a @ b.T, compute_uv=False).sum()
-    against_full = np.linalg.svd(c.T @ b.T, compute_uv=False).sum()
-    terms = frechet_terms([sx, tx, sf], [sy, ty])
-    np.testing.assert_allclose(terms.root[:2], expected, rtol=1e-12)
-    np.testing.assert_allclose(terms.root[2], against_full, rtol=1e-12)
+    chol = np.linalg.cholesky(sg.cov)
+    rank_deficient = sf.cov - np.outer(sf.cov[0], sf.cov[0]) / sf.cov[0, 0]  # eigh's factor
+    w, v = np.linalg.eigh(rank_deficient)
+    square_root = v[:, 1:] * np.sqrt(w[1:])  # its zero eigenvalue dropped
+    refs = [sx, tx, sf, GaussianStats(500, sf.mean, rank_deficient)]
+    models = [
+        sy,
+        ty,
+        sg,
+        GaussianStats(sg.n, sg.mean, None, chol),
+        GaussianStats(500, sf.mean, rank_deficient),
+    ]
+    ref_factors = [kept[0], tx.factor, np.linalg.cholesky(sf.cov), square_root]
+    model_factors = [kept[1], ty.factor, chol, chol, square_root]
+    root = frechet_terms(refs, models).root
+    cpu, made = torch.device("cpu"), fd_module._FACTORS
+    bands = [made[s][cpu, False][1] for s in refs] + [made[s][cpu, True][1] for s in models]
+    lower, upper, full = fd_module.LOWER, fd_module._upper, fd_module.FULL
+    expected = [lower, upper(d, 20), lower, full]  # the references'
+    expected += [upper(d, 25), upper(d, 25), upper(d, d), lower, full]  # the models'
+    assert bands == expected
+    for r, a in enumerate(ref_factors):
+        for g, b in enumerate(model_factors):
+            expected = np.linalg.svd(a.T @ b, compute_uv=False).sum()
+            assert root[r, g] == pytest.approx(expected, rel=1e-12), (r, g)
 
 
 def test_terms_are_the_closed_form_parts_and_sum_to_fd():

@@ -15,15 +15,15 @@ of X = G2^T G1, so the term is X's trace norm,
 
 summed over the eigenvalues above rounding noise (the others are zeros). G is the
 centred rows (X - m)^T / sqrt(n - 1) when a sample has no more rows than features
-(``gaussian_stats`` keeps them: no factorisation at all), else the Cholesky factor
-when C is positive definite, else V L^1/2 over the positive eigenvalues of C (an
-``eigh``), which drops the null space of a rank-deficient covariance. A factor is
-computed once per covariance and reused against every other; the eigenproblem's size
-is the lower of the two ranks, free of structural zeros when features outnumber rows.
-On the CPU, X's Gram matrix is BLAS's ``syrk`` (half a GEMM's flops), and a factor with
-zeros above its diagonal (Cholesky's; kept rows that :func:`factored` turned into R^T of
-a QR, for statistics that meet many others) has them skipped by X's block products: half
-a GEMM's flops with one such side, a third with two. Everything is float64; no
+(``gaussian_stats`` keeps them), else the Cholesky factor when C is positive definite,
+else V L^1/2 over the positive eigenvalues of C (an ``eigh``), which drops the null
+space of a rank-deficient covariance. A factor is computed once per statistics and
+reused against every other; the eigenproblem's size is the lower of the two ranks.
+On the CPU the factors are triangular, with zeros that X's products and Gram matrix
+skip: a reference's above its diagonal (Cholesky; kept rows become R^T of a QR), a
+model's below (the same with rows and columns reversed), so that X = G2^T G1 and its
+Gram matrix are themselves nearly triangular: a sixth of a GEMM's flops for X of two
+(d, d) factors, a third of ``syrk``'s for its Gram. Everything is float64; no
 ``scipy.linalg.sqrtm``.
 
 Every factorisation and root trace runs on one BLAS/LAPACK thread, the independent ones
@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -215,11 +216,11 @@ def frechet_terms(
 ) -> FrechetTerms:
     """The terms of FD of every (reference, model) pair.
 
-    Every statistics is factored once (its kept rows, else ``sqrt_factor``) and reused for
-    all its pairs; a pair then costs one product X = G_b^T G_a (skipping the zeros above
-    a triangular factor's diagonal), the Gram matrix of X's smaller side and one
-    symmetric eigenvalue problem of that size (:func:`_root_trace`). The factors, then
-    the pairs (largest first), are solved side by side (:func:`one_thread_each`).
+    Every statistics is factored once (:class:`_Factors`) and reused for all its pairs; a
+    pair then costs one product X = G_b^T G_a that skips the factors' structural zeros,
+    the Gram matrix of X's smaller side and one symmetric eigenvalue problem of that size
+    (:func:`_root_trace`). The factors, then the pairs (largest first), are solved side by
+    side (:func:`one_thread_each`).
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
@@ -227,7 +228,7 @@ def frechet_terms(
         raise ValueError(f"stats: dimensions differ between references and models: {sorted(dims)}")
     shape = (len(references), len(models))
     mean = np.array([[float(np.sum((r.mean - m.mean) ** 2)) for m in models] for r in references])
-    cache = _Factors(stats, resolve_device(device))
+    cache = _Factors(stats, resolve_device(device), upper=[False] * shape[0] + [True] * shape[1])
     pairs = [(r, len(references) + g) for r in range(shape[0]) for g in range(shape[1])]
     with one_thread_each() as map_:
         map_(cache.factor, range(len(stats)))  # each factor once, side by side
@@ -244,21 +245,14 @@ def frechet_terms(
 
 
 def factored(stats: Sequence[GaussianStats], *, device=None) -> list[GaussianStats]:
-    """``stats`` with their square-root factors made, side by side, and kept in place of
-    their covariances: for statistics that meet many others in separate calls (FD's
-    models, against one client at a time). On the CPU, kept rows G become R^T of a QR of
-    G^T (the same G G^T), with zeros above the diagonal that every product then skips."""
-    cache = _Factors(stats, resolve_device(device))
+    """``stats`` with their square-root factors made as models' (:class:`_Factors`), side
+    by side, and kept in place of their covariances: for models that meet many references
+    in separate calls (FD's, against one client at a time)."""
+    cache = _Factors(stats, resolve_device(device), upper=[True] * len(stats))
 
     def made(i: int) -> np.ndarray:
-        g, lower = cache.factor(i)
-        if not isinstance(g, np.ndarray):
-            return g.cpu().numpy()
-        if lower:
-            return g
-        from scipy.linalg import qr
-
-        return qr(g.T, mode="r", check_finite=False)[0].T
+        g = cache.factor(i)[0]
+        return g if isinstance(g, np.ndarray) else g.cpu().numpy()
 
     with one_thread_each() as map_:
         factors = map_(made, range(len(stats)))
@@ -269,33 +263,64 @@ def _trace(s: GaussianStats) -> float:
     return float(np.trace(s.cov)) if s.cov is not None else float(np.sum(s.factor**2))
 
 
-#: statistics -> device -> (G, lower), kept while the statistics live: calls that meet
-#: the same statistics again (E4's settings, one model a call) factor them once.
+class Band(NamedTuple):
+    """Where a factor's (or product's) column j may be nonzero: rows j + lo up to, not
+    including, j + hi (within the matrix); infinite bounds for none."""
+
+    lo: float
+    hi: float
+
+    def of_transpose(self) -> Band:
+        return Band(1 - self.hi, 1 - self.lo)
+
+
+FULL = Band(-math.inf, math.inf)
+LOWER = Band(0, math.inf)  # zeros above the diagonal
+
+
+def _upper(d: int, r: int) -> Band:
+    """(d, r), r <= d: zeros below the diagonal of the bottom r x r block."""
+    return Band(-math.inf, d - r + 1)
+
+
+#: statistics -> (device, upper) -> (G, band), kept while the statistics live: calls that
+#: meet the same statistics again (E4's settings, one model a call) factor them once.
 _FACTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Factors:
-    """A square-root factor (G, lower) of each of ``stats``, made once on first use: G G^T
-    = cov, ``lower`` when G has zeros above its diagonal (a Cholesky factor, or kept rows
-    made triangular by :func:`factored`). numpy float64 on the CPU, where the products
-    skip those zeros (:func:`_product`) and the Gram matrices take BLAS's ``syrk`` (which
-    torch does not call), else a torch tensor on ``device``."""
+    """A square-root factor (G, band) of each of ``stats``, made once on first use: G G^T =
+    cov, G numpy float64 on the CPU, else a torch tensor on ``device`` (``band`` FULL).
 
-    def __init__(self, stats: Sequence[GaussianStats], device):
-        self.stats, self.device = stats, device
+    On the CPU, references' factors have zeros above their diagonal (``LOWER``: Cholesky,
+    or kept rows turned into R^T of a QR of G^T), models' (``upper``) the same with rows
+    and columns reversed, zeros below the diagonal of their bottom block. A product G_m^T
+    G_r then skips them on both sides (:func:`_product`: a sixth of a GEMM's flops for two
+    (d, d) factors, where two of a kind would leave a third), and so does X's Gram matrix
+    (:func:`_gram`). Factors made with zeros (:func:`factored`'s) are kept as they are.
+    """
+
+    def __init__(self, stats: Sequence[GaussianStats], device, upper: Sequence[bool]):
+        self.stats, self.device, self.upper = stats, device, upper
         self.known = [_FACTORS.setdefault(s, {}) for s in stats]  # here: workers only read
 
     def factor(self, i: int) -> tuple:
-        if self.device not in self.known[i]:
-            s = self.stats[i]
-            if s.factor is not None:
-                g = torch.as_tensor(s.factor, dtype=torch.float64, device=self.device)
-            else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
-                cov = torch.as_tensor(s.cov, dtype=torch.float64, device=self.device)
-                g = sqrt_factor(cov, try_cholesky=s.n > len(s.mean))
-            lower = not bool(g.triu(1).any())
-            self.known[i][self.device] = (g.numpy() if self.device.type == "cpu" else g, lower)
-        return self.known[i][self.device]
+        key = (self.device, self.upper[i])
+        if key not in self.known[i]:
+            self.known[i][key] = self._make(self.stats[i], self.upper[i])
+        return self.known[i][key]
+
+    def _make(self, s: GaussianStats, upper: bool) -> tuple:
+        if s.factor is not None:
+            g = torch.as_tensor(s.factor, dtype=torch.float64, device=self.device)
+        else:  # a covariance of fewer than d + 1 rows is singular: skip Cholesky
+            cov = torch.as_tensor(s.cov, dtype=torch.float64, device=self.device)
+            g = sqrt_factor(cov, try_cholesky=s.n > len(s.mean), upper=upper)
+        if self.device.type != "cpu":
+            return g, FULL
+        g = g.numpy()
+        band = _band_of(g)
+        return _triangular(g, upper) if band == FULL and s.factor is not None else (g, band)
 
     def cost(self, i: int, j: int) -> float:
         """The flops of the pair's root trace, roughly (its schedule's order)."""
@@ -304,57 +329,109 @@ class _Factors:
         return d * a * b + min(a, b) ** 2 * max(a, b) + 10 * min(a, b) ** 3
 
 
-def sqrt_factor(cov: torch.Tensor, *, try_cholesky: bool = True) -> torch.Tensor:
-    """A factor G with G G^T = ``cov``: Cholesky (d, d) if it succeeds, else (d, rank).
+def _band_of(g: np.ndarray) -> Band:
+    """LOWER or models' band if ``g`` has their zeros, else FULL (checked a block of
+    columns at a time: no copy of ``g``)."""
+
+    def zero_above(g: np.ndarray) -> bool:
+        return not any(
+            np.triu(g[: j + _STEP, j : j + _STEP], 1 - j).any() for j in range(0, g.shape[1], _STEP)
+        )
+
+    if zero_above(g):
+        return LOWER
+    return _upper(*g.shape) if zero_above(g[::-1, ::-1]) else FULL
+
+
+def _triangular(g: np.ndarray, upper: bool) -> tuple[np.ndarray, Band]:
+    """Kept rows G (d, r <= d) as a factor with zeros and the same G G^T: R^T of a QR of
+    G^T (LOWER), or for ``upper`` that of G with its rows reversed, rows and columns
+    reversed back (zeros below the diagonal of the bottom r x r block)."""
+    from scipy.linalg import qr
+
+    if not upper:
+        return qr(g.T, mode="r", check_finite=False)[0].T, LOWER
+    r = qr(g[::-1].T, mode="r", check_finite=False)[0]
+    return np.ascontiguousarray(r[::-1, ::-1].T), _upper(*g.shape)
+
+
+def sqrt_factor(
+    cov: torch.Tensor, *, try_cholesky: bool = True, upper: bool = False
+) -> torch.Tensor:
+    """A factor G with G G^T = ``cov``: Cholesky (d, d) if it succeeds (``upper``: of
+    ``cov`` with rows and columns reversed, reversed back: zeros below the diagonal),
+    else (d, rank).
 
     The fallback is G = V L^1/2 over the eigenvalues above d * eps * max eigenvalue
     (smaller ones are rounding noise of a singular matrix, or negative).
     """
     if try_cholesky:
-        factor, info = torch.linalg.cholesky_ex(cov)
+        flip = (lambda m: m.flip(0, 1)) if upper else (lambda m: m)
+        factor, info = torch.linalg.cholesky_ex(flip(cov))
         if int(info) == 0:
-            return factor
+            return flip(factor)
     vals, vecs = torch.linalg.eigh(cov)
     tol = cov.shape[0] * torch.finfo(cov.dtype).eps * max(float(vals[-1]), 0.0)
     keep = vals > tol
     return vecs[:, keep] * vals[keep].sqrt()
 
 
-def _root_trace(ga, lower_a: bool, gb, lower_b: bool) -> float:
+def _root_trace(ga, band_a: Band, gb, band_b: Band) -> float:
     """tr (C_a^1/2 C_b C_a^1/2)^1/2 from C_a = G_a G_a^T and C_b = G_b G_b^T: the trace
     norm of X = G_b^T G_a, i.e. the sum of the square roots of the eigenvalues of X's
     smaller Gram matrix (:func:`_root_sum`)."""
     if min(ga.shape[1], gb.shape[1]) == 0:
         return 0.0
-    x = _product(gb, lower_b, ga, lower_a) if isinstance(ga, np.ndarray) else gb.T @ ga
-    return _root_sum(_gram(x))
+    if not isinstance(ga, np.ndarray):
+        return _root_sum(_gram(gb.T @ ga))
+    return _root_sum(_gram(*_product(gb, band_b, ga, band_a)))
 
 
-_STEP = 384  # columns of a factor with zeros above its diagonal per block of a product
+_STEP = 192  # columns per block of a banded side of a product or Gram matrix
 
 
-def _product(a: np.ndarray, lower_a: bool, b: np.ndarray, lower_b: bool) -> np.ndarray:
-    """a^T b for factors a (d, p) and b (d, q). A ``lower`` side has zeros above its
-    diagonal and is taken in column blocks of ``_STEP``: the block of columns from j
-    meets the other side's rows from j only (rows from the larger start when both are
-    lower), so the zeros cost no flops."""
-    if not (lower_a or lower_b):
-        return a.T @ b
-    p, q = a.shape[1], b.shape[1]
-    out = np.empty((p, q))
-    step_a, step_b = _STEP if lower_a else p, _STEP if lower_b else q
-    for i in range(0, p, step_a):
-        for j in range(0, q, step_b):
-            k = max(i if lower_a else 0, j if lower_b else 0)
-            block = out[i : i + step_a, j : j + step_b]
-            np.matmul(a[k:, i : i + step_a].T, b[k:, j : j + step_b], out=block)
+def _blocks(n: int, band: Band) -> list[tuple[int, int]]:
+    step = n if band == FULL else _STEP
+    return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _product(a: np.ndarray, band_a: Band, b: np.ndarray, band_b: Band) -> tuple:
+    """X = a^T b for factors a (d, p) and b (d, q), and X's band. A banded side is taken
+    in column blocks of ``_STEP``; each pair of blocks meets only the rows where both
+    may be nonzero, so that structural zeros cost no flops (and blocks of X with none
+    stay 0)."""
+    band_x = Band(band_b.lo - band_a.hi + 1, band_b.hi - band_a.lo)
+    if band_a == band_b == FULL:
+        return a.T @ b, band_x
+    d, p, q = a.shape[0], a.shape[1], b.shape[1]
+    out = np.zeros((p, q))
+    for i0, i1 in _blocks(p, band_a):
+        for j0, j1 in _blocks(q, band_b):
+            r0 = max(0, i0 + band_a.lo, j0 + band_b.lo)
+            r1 = min(d, i1 - 1 + band_a.hi, j1 - 1 + band_b.hi)
+            if r0 < r1:
+                np.matmul(a[r0:r1, i0:i1].T, b[r0:r1, j0:j1], out=out[i0:i1, j0:j1])
+    return out, band_x
+
+
+def _gram(x, band: Band = FULL):
+    """The smaller Gram matrix of ``x``: x^T x or x x^T. numpy: BLAS's ``syrk`` (one
+    triangle computed and mirrored, so exactly symmetric); for a banded x, the lower
+    triangle only, in blocks that meet only the rows where both may be nonzero (what
+    :func:`_root_sum`'s solver reads)."""
+    if x.shape[1] > x.shape[0]:
+        x, band = x.T, band.of_transpose()
+    if band == FULL or not isinstance(x, np.ndarray):
+        return x.T @ x
+    rows, blocks = x.shape[0], _blocks(x.shape[1], band)
+    out = np.zeros((x.shape[1],) * 2)
+    for n, (i0, i1) in enumerate(blocks):
+        for j0, j1 in blocks[: n + 1]:
+            r0, r1 = max(0, i0 + band.lo), min(rows, j1 - 1 + band.hi)
+            if r0 < r1:
+                xi = x[r0:r1, i0:i1]
+                out[i0:i1, j0:j1] = xi.T @ (xi if j0 == i0 else x[r0:r1, j0:j1])
     return out
-
-
-def _gram(x):
-    """The smaller Gram matrix of ``x``: x^T x or x x^T (numpy: BLAS's ``syrk``, one
-    triangle computed and mirrored, so exactly symmetric)."""
-    return x.T @ x if x.shape[1] <= x.shape[0] else x @ x.T
 
 
 def _root_sum(gram) -> float:
