@@ -226,14 +226,15 @@ def test_a_small_client_is_the_subject_of_its_error():
     assert not isinstance(err.value, InputError)
 
 
-def test_fd_in_chunks_of_models_gives_the_same_values(monkeypatch):
-    """One model's covariance at a time (the smallest chunk) and all at once agree
-    bit for bit: memory, not the arithmetic, changes."""
+def test_fd_in_chunks_of_models_and_clients_gives_the_same_values(monkeypatch):
+    """One model and one client at a time (the smallest chunks) and all at once agree
+    bit for bit: memory, not the arithmetic, changes (client 0 has fewer rows than
+    features: its rows are held, the others' covariances)."""
     from distrank.metrics import scoring
     from distrank.metrics.fd import family as fd_family
 
     rng = np.random.default_rng(4)
-    x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], 30)
+    x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], [4, 40, 46])
     models = {f"m{i}": rng.standard_normal((40, 5)) + i for i in range(3)}
     whole = scoring.score(x, labels, models, metrics=["fd"], dtype="float64")
     monkeypatch.setattr(fd_family, "FD_CHUNK_BYTES", 1)

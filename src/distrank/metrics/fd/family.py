@@ -1,7 +1,7 @@
 """FD, the Fréchet distance of Gaussian fits: its family and its metric.
 
 plain: per client, then pooled from the clients' statistics (``fd.frechet.pool_stats``), in
-chunks of models (memory: a chunk of models' and two clients' covariances).
+chunks of models and of clients (memory: a chunk of each, whatever their numbers).
 partitions: one product of the reference with each model serves every partition
 (``fd.frechet.partition_fds``).
 """
@@ -23,6 +23,7 @@ class FD(Family):
         import numpy as np
 
         from distrank.metrics.fd.frechet import (
+            GaussianStats,
             factored,
             frechet_distances,
             gaussian_stats,
@@ -30,20 +31,27 @@ class FD(Family):
         )
 
         def compute() -> Values:
-            # Models in chunks of FD_CHUNK_BYTES of factors, each factored once; per chunk,
-            # one client's (d, d) statistics at a time, pooled as they come: memory holds a
-            # chunk of models' factors, one client's covariance and the pool's sum, whatever
-            # the numbers of clients and models.
+            # Models in chunks of FD_CHUNK_BYTES of factors, each factored once. Per chunk, the
+            # clients come one at a time: each covariance joins the pool's sum as it comes,
+            # and what FD needs of the client (its kept rows, else its covariance) is held
+            # for one call with the models per FD_CHUNK_BYTES of clients (their factors
+            # and pairs side by side). Memory: a chunk of models and one of clients, and
+            # the pool's sum, whatever the numbers of clients and models.
             dev, k, names = inputs.device, len(inputs.groups.sizes), list(inputs.models)
             d = next(iter(inputs.models.values())).shape[1]
             chunk = max(1, FD_CHUNK_BYTES // (8 * d * d))
             fd = np.empty((k + 1, len(names)))
 
-            def clients(cols: slice, models: list):  # each client's FDs, then its statistics
+            def clients(cols: slice, models: list):  # each client's statistics, for the pool
+                held = {}
                 for c in range(k):
-                    stats = gaussian_stats(inputs.client_rows(c), device=dev)
-                    fd[c, cols] = frechet_distances([stats], models, device=dev)[0]
-                    yield stats
+                    s = gaussian_stats(inputs.client_rows(c), device=dev)
+                    held[c] = s if s.factor is None else GaussianStats(s.n, s.mean, None, s.factor)
+                    if c == k - 1 or sum(_bytes(h) for h in held.values()) >= FD_CHUNK_BYTES:
+                        values = frechet_distances(list(held.values()), models, device=dev)
+                        fd[list(held), cols] = values
+                        held.clear()
+                    yield s
 
             for start in range(0, len(names), chunk):
                 cols = slice(start, start + chunk)
@@ -68,6 +76,11 @@ class FD(Family):
             p: {name: {"fd": value} for name, value in by_model.items()}
             for p, by_model in fds.items()
         }
+
+
+def _bytes(s) -> int:
+    """The bytes of a statistics' covariance or factor."""
+    return (s.factor if s.cov is None else s.cov).nbytes
 
 
 class Gaussians(Pooled):

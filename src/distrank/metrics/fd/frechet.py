@@ -404,13 +404,15 @@ def _product(a: np.ndarray, band_a: Band, b: np.ndarray, band_b: Band) -> tuple:
     if band_a == band_b == FULL:
         return a.T @ b, band_x
     d, p, q = a.shape[0], a.shape[1], b.shape[1]
-    out = np.zeros((p, q))
+    out = np.empty((p, q))  # not zeros: memory the process holds, no fresh pages
     for i0, i1 in _blocks(p, band_a):
         for j0, j1 in _blocks(q, band_b):
             r0 = max(0, i0 + band_a.lo, j0 + band_b.lo)
             r1 = min(d, i1 - 1 + band_a.hi, j1 - 1 + band_b.hi)
             if r0 < r1:
                 np.matmul(a[r0:r1, i0:i1].T, b[r0:r1, j0:j1], out=out[i0:i1, j0:j1])
+            else:
+                out[i0:i1, j0:j1] = 0.0
     return out, band_x
 
 
@@ -424,13 +426,18 @@ def _gram(x, band: Band = FULL):
     if band == FULL or not isinstance(x, np.ndarray):
         return x.T @ x
     rows, blocks = x.shape[0], _blocks(x.shape[1], band)
-    out = np.zeros((x.shape[1],) * 2)
+    out = np.empty((x.shape[1],) * 2)
     for n, (i0, i1) in enumerate(blocks):
         for j0, j1 in blocks[: n + 1]:
             r0, r1 = max(0, i0 + band.lo), min(rows, j1 - 1 + band.hi)
-            if r0 < r1:
-                xi = x[r0:r1, i0:i1]
-                out[i0:i1, j0:j1] = xi.T @ (xi if j0 == i0 else x[r0:r1, j0:j1])
+            xi = x[r0:r1, i0:i1]
+            if r0 >= r1:
+                out[i0:i1, j0:j1] = 0.0
+            elif j0 == i0:
+                np.matmul(xi.T, xi, out=out[i0:i1, j0:j1])
+            else:
+                np.matmul(xi.T, x[r0:r1, j0:j1], out=out[i0:i1, j0:j1])
+        out[:i0, i0:i1] = 0.0  # the upper triangle, which the solver does not read
     return out
 
 
