@@ -158,16 +158,22 @@ def _client_groups(clients, n: int) -> tuple[list[str], list[tuple[int, int]], n
     return groups.names, list(zip([0] + stops[:-1], stops)), np.argsort(groups.index, kind="stable")
 
 
-def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int, on_gram=None) -> dict[int, torch.Tensor]:
+def _knn_sq_radii(
+    x, x_sq, ks: Sequence[int], block: int, on_gram=None, groups=None
+) -> dict[int, torch.Tensor] | tuple[dict, dict]:
     """Squared distance of each row of x to its k-th nearest other row, for each k.
 
     Distances are symmetric, so only the blocks on and above the diagonal are formed
     (half the GEMMs): block (r, c) offers its rows' candidates along its rows and
     its columns' candidates along its columns. ``on_gram(rows, cols, products)``,
-    if given, gets each block's products after its distances are formed.
+    if given, gets each block's products after its distances are formed. ``groups``,
+    row ranges (start, stop) that tile x (the clients): each row's radii within its
+    range too, from the blocks' parts within a range (no GEMM of their own), as a
+    second dict.
     """
     n, kmax = x.shape[0], max(ks)
     best = torch.full((n, kmax), torch.inf, dtype=x.dtype, device=x.device)
+    local = None if groups is None else best.clone()
     for rows, cols, gram in gram_blocks(x, None, block):
         d2 = sq_from_gram(gram, x_sq[rows], x_sq[cols])
         if on_gram is not None:
@@ -177,7 +183,20 @@ def _knn_sq_radii(x, x_sq, ks: Sequence[int], block: int, on_gram=None) -> dict[
         _keep_smallest(best[rows], d2)
         if rows != cols:
             _keep_smallest(best[cols], d2.T.contiguous())
-    return {k: best[:, k - 1].clone() for k in ks}
+        for a, b in groups or ():
+            r0, r1, c0, c1 = (
+                max(a, rows.start),
+                min(b, rows.stop),
+                max(a, cols.start),
+                min(b, cols.stop),
+            )
+            if r0 < r1 and c0 < c1:
+                part = d2[r0 - rows.start : r1 - rows.start, c0 - cols.start : c1 - cols.start]
+                _keep_smallest(local[r0:r1], part)
+                if rows != cols:
+                    _keep_smallest(local[c0:c1], part.T.contiguous())
+    radii = {k: best[:, k - 1].clone() for k in ks}
+    return radii if groups is None else (radii, {k: local[:, k - 1].clone() for k in ks})
 
 
 def _keep_smallest(best: torch.Tensor, d2: torch.Tensor) -> None:
@@ -192,16 +211,7 @@ def _reference_radii(ref: Centred, groups, ks, block, on_gram=None):
     (``on_gram``: see :func:`_knn_sq_radii`, for the pool's blocks)."""
     if not ks:
         return {}, {}
-    pooled = _knn_sq_radii(ref.rows, ref.sq, ks, block, on_gram)
-    within = {k: torch.empty_like(ref.sq) for k in ks}
-    for start, stop in groups:
-        if (start, stop) == (0, ref.rows.shape[0]):
-            radii = pooled  # a single client is the pool
-        else:
-            radii = _knn_sq_radii(ref.rows[start:stop], ref.sq[start:stop], ks, block)
-        for k in ks:
-            within[k][start:stop] = radii[k]
-    return pooled, within
+    return _knn_sq_radii(ref.rows, ref.sq, ks, block, on_gram, groups)
 
 
 def _hits(ref: Centred, fake: Centred, groups, radii2, wanted, ks, block, products=None):
