@@ -22,6 +22,7 @@ from distrank.metrics import (
     score,
 )
 from distrank.metrics.kd.subsets import subset_kd
+from distrank.metrics.kernels import gram_blocks
 
 RNG = np.random.default_rng(20231017)
 
@@ -102,6 +103,18 @@ def test_blocking_does_not_change_the_sums():
     large = kernel_sums(x, index, ys, kern, dtype="float64", block_size=4096)
     for field in ("xx", "xx_diag", "xy", "yy", "yy_diag"):
         np.testing.assert_allclose(getattr(small, field), getattr(large, field), rtol=1e-12)
+
+
+@pytest.mark.parametrize("block", [5, 23, 64])
+def test_gram_blocks_are_the_products_on_and_above_the_diagonal(block):
+    """Every pair of rows once, as numpy's product (a block on the diagonal is made of
+    its sub-blocks on and above it, mirrored)."""
+    x = torch.from_numpy(RNG.normal(size=(23, 6)))
+    full, seen = x.numpy() @ x.numpy().T, np.zeros((23, 23), dtype=int)
+    for rows, cols, gram in gram_blocks(x, None, block):
+        np.testing.assert_allclose(gram.numpy(), full[rows, cols], rtol=1e-13, atol=1e-13)
+        seen[rows, cols] += 1
+    assert (seen[np.triu_indices(23)] == 1).all()
 
 
 @st.composite
