@@ -398,8 +398,8 @@ def _blocks(n: int, band: Band) -> list[tuple[int, int]]:
 def _product(a: np.ndarray, band_a: Band, b: np.ndarray, band_b: Band) -> tuple:
     """X = a^T b for factors a (d, p) and b (d, q), and X's band. A banded side is taken
     in column blocks of ``_STEP``; each pair of blocks meets only the rows where both
-    may be nonzero, so that structural zeros cost no flops (and blocks of X with none
-    stay 0)."""
+    may be nonzero, so that structural zeros cost no flops (blocks of X with none are
+    set to 0)."""
     band_x = Band(band_b.lo - band_a.hi + 1, band_b.hi - band_a.lo)
     if band_a == band_b == FULL:
         return a.T @ b, band_x
@@ -419,8 +419,8 @@ def _product(a: np.ndarray, band_a: Band, b: np.ndarray, band_b: Band) -> tuple:
 def _gram(x, band: Band = FULL):
     """The smaller Gram matrix of ``x``: x^T x or x x^T. numpy: BLAS's ``syrk`` (one
     triangle computed and mirrored, so exactly symmetric); for a banded x, the lower
-    triangle only, in blocks that meet only the rows where both may be nonzero (what
-    :func:`_root_sum`'s solver reads)."""
+    triangle (what :func:`_root_sum`'s solver reads) in blocks that meet only the rows
+    where both may be nonzero, the upper set to 0."""
     if x.shape[1] > x.shape[0]:
         x, band = x.T, band.of_transpose()
     if band == FULL or not isinstance(x, np.ndarray):
