@@ -115,7 +115,8 @@ _PARTS = 4  # sub-blocks a side of a diagonal block: 10 of the 16 are formed
 
 def _self_gram(a: torch.Tensor) -> torch.Tensor:
     """a a^T from the products of the sub-blocks on and above its diagonal, the others
-    their transposes: 5/8 of one product's flops, and on MKL the same bits."""
+    their transposes: 5/8 of one product's flops (on MKL, the same bits in float32;
+    float64's last bits differ)."""
     n = a.shape[0]
     step = -(-n // _PARTS)
     out = torch.empty(n, n, dtype=a.dtype)
