@@ -216,7 +216,7 @@ def frechet_terms(
 ) -> FrechetTerms:
     """The terms of FD of every (reference, model) pair.
 
-    Every statistics is factored once (:class:`_Factors`) and reused for all its pairs; a
+    Every statistics is factored once (``_Factors``) and reused for all its pairs; a
     pair then costs one product X = G_b^T G_a that skips the factors' structural zeros,
     the Gram matrix of X's smaller side and one symmetric eigenvalue problem of that size
     (:func:`_root_trace`). The factors, then the pairs (largest first), are solved side by
@@ -245,7 +245,7 @@ def frechet_terms(
 
 
 def factored(stats: Sequence[GaussianStats], *, device=None) -> list[GaussianStats]:
-    """``stats`` with their square-root factors made as models' (:class:`_Factors`), side
+    """``stats`` with their square-root factors made as models' (``_Factors``), side
     by side, and kept in place of their covariances: for models that meet many references
     in separate calls (FD's, against one client at a time)."""
     cache = _Factors(stats, resolve_device(device), upper=[True] * len(stats))
