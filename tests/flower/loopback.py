@@ -53,7 +53,7 @@ class Loopback:
     """A SuperLink and its SuperNodes on 127.0.0.1, with ``flwr`` pointed at them: each
     site's SuperNode runs ``supernode`` (a command name in the venv, or an argv) with the
     site's node config, followed by ``extra[site]`` (more TOML ``key=value`` pairs, which
-    replace the defaults they name, e.g. ``secure-only=true``)."""
+    replace the defaults they name, e.g. ``plain=""``)."""
 
     def __init__(
         self,
@@ -84,7 +84,7 @@ class Loopback:
                 "features": f'"{path}"',
                 "share-stats": "true",
                 "device": '"cpu"',
-                "secure-only": "false",
+                "plain": '"scores,sketch"',
             } | dict(PAIR.findall((extra or {}).get(name, "")))  # a key given twice: extra's
             self.start(
                 name,

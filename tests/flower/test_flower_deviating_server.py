@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 
 import numpy as np
 import pytest
@@ -39,8 +40,10 @@ from secure_run import BOUND, run, run_secure, secure_setup
 from distrank.flower import masks
 from distrank.flower import site as site_app
 from distrank.flower.federation import FederationError
+from distrank.flower.identity import verify_attestation
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
+from distrank.metrics.privacy import noise_multiplier
 from distrank.metrics.table import meta_path
 
 
@@ -259,20 +262,29 @@ NOISY = {"metrics": "kd", "kernel": "rbf", "kernel-params": "bandwidth=3"}
 SITE_NOISE = {"noise-epsilon": 1.0, "noise-delta": 1e-5}
 
 
-def test_a_site_refuses_less_noise_than_its_own_and_meta_says_what_it_enforced(
+def test_a_site_adds_its_own_noise_and_meta_says_what_it_attested(
     tmp_path, federation, server_process
 ):
+    """The noise is the site's: a plan that asks for none, or for less, leaves no range
+    for it and is refused; with room, each site adds the noise of its own policy and
+    signs what it added, which the meta reports (with the signature, checked here)."""
     for asked in ({}, {"noise-epsilon": 10.0, "noise-delta": 1e-5}):  # none, too little
         with pytest.raises(FederationError) as err:
             run_secure(tmp_path, *federation, node=SITE_NOISE, **NOISY, **asked)
         assert str(err.value) == "; ".join(f"site {s!r} failed: refused" for s in federation[0])
     _, out = run_secure(tmp_path, *federation, node=SITE_NOISE, **NOISY, **SITE_NOISE)
-    enforced = json.loads(meta_path(out).read_text())["secure"]["enforced"]
-    assert set(enforced) == set(federation[0])
-    for said in enforced.values():
-        assert (
-            said["noise-epsilon"] == 1.0 and said["noise-delta"] == 1e-5 and said["noise-std"] > 0
-        )
+    meta = json.loads(meta_path(out).read_text())
+    attested = meta["secure"]["attested"]
+    assert set(attested) == set(federation[0])
+    z = noise_multiplier(epsilon=1.0, delta=1e-5) * math.sqrt(2)  # blocks kd and rows
+    for site, said in attested.items():
+        assert said["noise-epsilon"] == 1.0 and said["noise-delta"] == 1e-5
+        # rbf: n_i KD_i moves by 4 per model (2 models), n_i by 1; t = 2 of 3, c = 0
+        assert said["noise"]["kd"] == pytest.approx(z * 4 * math.sqrt(2) / math.sqrt(2))
+        assert said["noise"]["rows"] == pytest.approx(z / math.sqrt(2))
+        peers = tmp_path / "peers.json"
+        assert verify_attestation(said, peers) == site
+    assert meta["privacy"]["sites"]["oslo"].startswith("(epsilon 1, delta 1e-05)")
 
 
 def test_the_ledger_refuses_a_run_past_the_sites_budget(tmp_path, federation, server_process):
@@ -294,7 +306,7 @@ def test_the_ledger_refuses_a_run_past_the_sites_budget(tmp_path, federation, se
     for site in federation[0]:
         lines = (tmp_path / f"{site}.ledger").read_text().splitlines()
         (entry,) = [json.loads(line) for line in lines]
-        assert entry["run"] == 1 and entry["models"] == 2
+        assert entry["run"] == 1 and entry["what"] == ["kd"] and entry["path"] == "secure"
         assert entry["spent"] == pytest.approx(1.0, rel=1e-6)
 
 

@@ -157,7 +157,7 @@ def test_a_stock_supernode_runs_a_foreign_app_that_takes_every_sites_rows(
     for site, rows in federation[0].items():
         np.testing.assert_array_equal(stolen[site], rows)  # every row, every bit
         (node,) = (reply["node"] for reply in got if reply["node"]["site-id"] == site)
-        assert node["note"] == f"{site}, stock" and node["secure-only"] is False  # all of it
+        assert node["note"] == f"{site}, stock" and node["plain"] == "scores,sketch"  # all of it
         assert (net.root / f"{STOLEN}.clientapp-{site}").exists()
 
 

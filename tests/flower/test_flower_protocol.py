@@ -25,9 +25,10 @@ from distrank.flower.messages import (
     encode_request,
 )
 from distrank.flower.node import SiteConfig
+from distrank.flower.policy import Policy
 from distrank.flower.secure import SECURE_CONFIG
 from distrank.flower.server import federated_table
-from distrank.flower.site import SECURE_ONLY, score_site
+from distrank.flower.site import score_site
 from distrank.metrics import score
 from distrank.metrics.fd.frechet import gaussian_stats
 
@@ -46,6 +47,11 @@ OPTIONS = {
 KEY = ["model", "metric", "aggregation", "client"]
 
 
+def plain(**policy) -> Policy:
+    """A policy that opens plain scores (and sketches)."""
+    return Policy(plain=("scores", "sketch"), **policy)
+
+
 def site_replies(tmp_path, sites, models, *, share=True, ids=None, **options):
     """Each site's reply to one request, through the ClientApp's own code."""
     request = encode_request(models, OPTIONS | options)
@@ -53,9 +59,7 @@ def site_replies(tmp_path, sites, models, *, share=True, ids=None, **options):
     for i, (name, x) in enumerate(sites.items()):
         path = tmp_path / f"{name}.npz"
         np.savez(path, features=x)
-        site = SiteConfig(
-            name if ids is None else ids[i], path, share_stats=share, secure_only=False
-        )
+        site = SiteConfig(name if ids is None else ids[i], path, plain(share_stats=share))
         replies.append(decode_reply(score_site(site, request)))
     return replies
 
@@ -142,9 +146,7 @@ def test_kd_std_has_client_rows_only(tmp_path, federation):
 def test_a_site_error_is_a_reply(tmp_path, federation):
     sites, models = federation
     request = encode_request(models, OPTIONS)
-    missing = decode_reply(
-        score_site(SiteConfig("oslo", tmp_path / "none.npz", secure_only=False), request)
-    )
+    missing = decode_reply(score_site(SiteConfig("oslo", tmp_path / "none.npz", plain()), request))
     assert missing.site == "oslo" and missing.error == (
         f"InputError: {tmp_path / 'none.npz'}: no such file"
     )
@@ -152,21 +154,24 @@ def test_a_site_error_is_a_reply(tmp_path, federation):
     path = tmp_path / "x.npz"
     np.savez(path, features=sites["oslo"])
     assert (
-        "needs an explicit 'bandwidth'"
-        in decode_reply(score_site(SiteConfig("oslo", path, secure_only=False), bad)).error
+        "kernel 'rbf' needs a 'bandwidth'"
+        in decode_reply(score_site(SiteConfig("oslo", path, plain()), bad)).error
     )
 
 
 def test_a_secure_only_site_answers_no_plain_request(tmp_path, federation):
-    """Not its scores, nor its statistics though it allows them in secure sums."""
+    """Not its scores, nor its statistics though it allows them in secure sums; and a
+    site that opens plain sketches gives no plain scores."""
     sites, models = federation
     path = tmp_path / "oslo.npz"
     np.savez(path, features=sites["oslo"])
-    site = SiteConfig("oslo", path, share_stats=True, secure_only=True)
-    content = score_site(site, encode_request(models, OPTIONS))
-    reply = decode_reply(content)
-    assert (reply.site, reply.n, reply.scores, reply.stats) == ("oslo", 0, {}, None)
-    assert reply.error == SECURE_ONLY and not content.array_records
+    for opened in ((), ("sketch",)):
+        site = SiteConfig("oslo", path, Policy(share_stats=True, plain=opened))
+        content = score_site(site, encode_request(models, OPTIONS))
+        reply = decode_reply(content)
+        assert (reply.site, reply.n, reply.scores, reply.stats) == ("oslo", 0, {}, None)
+        assert reply.error == "Refused: this site's policy gives no plain scores"
+        assert not content.array_records
 
 
 @pytest.mark.parametrize(
@@ -176,13 +181,28 @@ def test_a_secure_only_site_answers_no_plain_request(tmp_path, federation):
         ({"site-id": True, "features": "/x.npz"}, "'site-id' must be"),
         ({"site-id": "a"}, "'features' must be"),
         ({"site-id": "a", "features": "/x.npz", "share-stats": "yes"}, "'share-stats' must be"),
-        ({"site-id": "a", "features": "/x.npz", "secure-only": 1}, "'secure-only' must be"),
+        (
+            {"site-id": "a", "features": "/x.npz", "secure-only": False},
+            "'secure-only' is replaced by 'plain'",
+        ),
+        ({"site-id": "a", "features": "/x.npz", "plain": "all"}, "'plain' must be a list of"),
+        ({"site-id": "a", "features": "/x.npz", "rows": "hidden"}, "'rows' must be one of"),
+        ({"site-id": "a", "features": "/x.npz", "budget-epsilon": 3.0}, "'noise-delta' must be in"),
+        (
+            {"site-id": "a", "features": "/x.npz", "budget-epsilon": 3, "noise-delta": 1e-5},
+            "'budget-epsilon' needs 'noise-epsilon'",
+        ),
+        (
+            {"site-id": "a", "features": "/x.npz", "policy": "/no/such.toml"},
+            "not a readable TOML policy",
+        ),
         ({"site-id": "a", "features": "/x.npz", "min-sites": 1}, "'min-sites' must be an int >= 2"),
         ({"site-id": "a", "features": "/x.npz", "min-sites": 3.0}, "'min-sites' must be an int"),
         ({"site-id": "a", "features": "/x.npz", "feature-bound": -1}, "'feature-bound' must be a"),
         ({"site-id": "a", "features": "/x.npz", "noise-epsilon": 1.0}, "'noise-delta' must be in"),
         (
-            {"site-id": "a", "features": "/x.npz", "budget-epsilon": 3, "noise-delta": 1e-5},
+            {"site-id": "a", "features": "/x.npz", "budget-epsilon": 3, "noise-epsilon": 1}
+            | {"noise-delta": 1e-5},
             "'budget-epsilon' needs a 'ledger'",
         ),
         ({"site-id": "a", "features": "/x.npz", "peers": 3}, "'peers' must be a path"),
@@ -190,7 +210,7 @@ def test_a_secure_only_site_answers_no_plain_request(tmp_path, federation):
 )
 def test_node_config_errors(config, match):
     assert SiteConfig.from_node_config({"site-id": 7, "features": "/x.npz"}) == SiteConfig(
-        7, Path("/x.npz"), share_stats=False, device=None, secure_only=True, min_sites=3
+        7, Path("/x.npz"), Policy(share_stats=False, plain=(), secure=True, min_sites=3)
     )
     with pytest.raises(ValueError, match=match):
         SiteConfig.from_node_config(config)
@@ -285,7 +305,7 @@ def test_gather_sends_the_request_to_nodes_that_join_late(tmp_path, federation, 
     names = dict(zip([11, 22, 33], sites))
     grid = LocalGrid(
         lambda node, msg: score_site(
-            SiteConfig(names[node], paths[names[node]], secure_only=False), msg.content
+            SiteConfig(names[node], paths[names[node]], plain()), msg.content
         ),
         join={11: 0.0, 22: 0.0, 33: 0.6},
     )

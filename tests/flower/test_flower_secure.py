@@ -25,11 +25,13 @@ from flwr.common.secure_aggregation.secaggplus_constants import Stage
 from secure_run import BOUND, flower_sum, run_secure
 
 from distrank.flower.federation import RUN_CONFIG, FederationError, RunSettings
+from distrank.flower.identity import verify_attestation
 from distrank.flower.masks import GENERATOR
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure.server import bounds_path
 from distrank.metrics import score
 from distrank.metrics.fd.frechet import GaussianStats, fd_bound, frechet_distance, gaussian_stats
+from distrank.metrics.privacy import noise_multiplier
 from distrank.metrics.registry import METRICS
 from distrank.metrics.table import meta_path
 
@@ -71,6 +73,7 @@ def test_the_secure_table_equals_score_within_its_bounds(
         )
         assert ours == theirs
     meta = json.loads(meta_path(out).read_text())
+    attested = meta["secure"].pop("attested")
     assert meta["secure"] == {
         "sites": ["oslo", "paris", "rome"],
         "dropped": [],
@@ -78,12 +81,16 @@ def test_the_secure_table_equals_score_within_its_bounds(
         "generator": GENERATOR,
         "feature-bound": BOUND,
         "max-rows": 1000,
-        "enforced": dict.fromkeys(
-            ["oslo", "paris", "rome"],
-            {"noise-std": 0.0, "noise-epsilon": 0.0, "noise-delta": 0.0, "budget-epsilon": 0.0},
-        ),
     }
-    assert meta["options"]["metrics"] == ["kd", "fd", "recall"] and "privacy" not in meta
+    for site, said in attested.items():  # no noise, and said so, signed
+        assert said["noise"] == {} and said["noise-epsilon"] == 0.0 and said["path"] == "secure"
+        assert verify_attestation(said, tmp_path / "peers.json") == site
+    assert meta["privacy"] == {
+        "requested": "none",
+        "noise": "none",
+        "sites": dict.fromkeys(["oslo", "paris", "rome"], "no noise"),
+    }
+    assert meta["options"]["metrics"] == ["kd", "fd", "recall"]
 
 
 def test_a_site_dropping_after_key_sharing(tmp_path, federation, reference, server_process, caplog):
@@ -128,33 +135,30 @@ def test_ten_sites_two_dropping_at_two_stages(tmp_path, federation, server_proce
 
 
 def test_bounds_below_a_sites_own_are_refused_before_its_data(
-    tmp_path, federation, server_process, caplog
+    tmp_path, federation, reference, server_process
 ):
-    """A plan tighter than a site's own node-config bounds is refused by every site alike,
-    whatever its data; a site whose data break its own bounds fails the same way for
-    every request (its log says how)."""
+    """A plan tighter than a site's own policy bounds is refused by every site alike,
+    whatever its data; a site whose data break its own bounds is clipped inside its
+    release (its rows scaled to its feature-bound), never refused."""
     sites, models = federation
     sharp = {"sharp": models["sharp"]}  # rows of norm <= 4.2; paris has 6.2
     for config in ({"feature-bound": 5.0}, {"max-rows": 70}):
         with pytest.raises(FederationError) as err:
             run_secure(tmp_path, sites, sharp, **config)
         assert str(err.value) == "; ".join(f"site {s!r} failed: refused" for s in sites)
-    node = {"feature-bound": 5.0}
-    caplog.clear()
-    with pytest.raises(FederationError) as err, caplog.at_level(logging.WARNING, logger="flwr"):
-        run_secure(tmp_path, sites, sharp, node=node, **{"feature-bound": 5.0})
-    assert str(err.value) == "site 'paris' failed: bad input"
-    norm = np.linalg.norm(sites["paris"], axis=1).max()
-    assert [r.getMessage() for r in caplog.records if "secure mode" in r.getMessage()] == [
-        "distrank: secure mode, bad input: ValueError: this site's 80 rows (largest norm "
-        f"{norm:g}) are outside its own node config: min-rows 2, max-rows 1000, "
-        "feature-bound 5"
-    ]
+    _, out = run_secure(tmp_path, sites, sharp, node={"feature-bound": 5.0}, metrics="kd")
+    x = reference[0] * np.minimum(1.0, 5.0 / np.linalg.norm(reference[0], axis=1))[:, None]
+    assert np.linalg.norm(sites["paris"], axis=1).max() > 5.0  # paris was clipped
+    clipped = score(x, reference[1], sharp, metrics=["kd"], dtype="float64")
+    table = pd.read_csv(out).merge(
+        pd.read_csv(bounds_path(out)), on=["model", "metric", "aggregation"]
+    )
+    want = clipped.query("aggregation == 'avg'").value.item()
+    assert abs(table.value.item() - want) <= table.bound.item()
     with pytest.raises(ValueError, match=r"models\['broad'\]: a row's L2 norm exceeds the run "):
         run_secure(tmp_path, *federation, **{"feature-bound": 7.0})
     with pytest.raises(FederationError, match=r"site\(s\) \['oslo', 'paris', 'rome'\] do not"):
         run_secure(tmp_path, *federation, node={"share-stats": False})
-    assert not (tmp_path / "scores.csv").exists()
 
 
 def plan_of(**changes) -> secure.Plan:
@@ -286,40 +290,43 @@ def test_secure_settings_and_what_they_refuse():
         ({"max-rows": 10.0}, "'max-rows' must be int"),
         ({"sites": "x"}, r"secure mode sums 2..1023 'sites' .*, got 1"),
         ({"sites": ",".join(map(str, range(1024)))}, r"sums 2..1023 'sites' .*, got 1024"),
-        ({"noise-epsilon": 1.0}, r"'noise-epsilon' 1: metrics: private scores release KD only"),
+        ({"noise-epsilon": 1.0}, r"'noise-epsilon' needs 'noise-delta' in \(0, 1\), got 0.0"),
+        ({"noise-epsilon": -1.0}, r"'noise-epsilon' must be a number >= 0, got -1.0"),
     ]:
         with pytest.raises(ValueError, match=match):
             settings(**change)
 
 
 def test_the_noise_keys_and_what_they_need():
+    """The noise room of a plan: the std a site with the run's (epsilon, delta) adds when it
+    counts on no other site (c = t - 1), one row at least, n_i noised: blocks kd (4 per
+    model under rbf, 2 models) and rows (1), the budget split over the two blocks."""
     base = RUN_CONFIG | secure.SECURE_CONFIG
     base |= {"models": "a=/a.npz,b=/b.npz", "sites": "x,y,z,w", "out": "/o.csv", "metrics": "kd"}
     base |= {"secure": True, "feature-bound": 10, "kernel": "rbf"}
     base |= {"kernel-params": "bandwidth=2", "noise-epsilon": 2.0, "noise-delta": 1e-6}
+    models = {"a": np.zeros((5, 3)), "b": np.ones((5, 3))}
 
-    def settings(**change):
+    def plan(**change):
         config = base | change
-        return secure.SecureSettings.from_run_config(config, RunSettings.from_run_config(config))
+        settings = RunSettings.from_run_config(config)
+        secured = secure.SecureSettings.from_run_config(config, settings)
+        return secure.make_plan(settings, secured, models)
 
-    noise = settings().noise
-    assert noise.threshold == 3 and noise.budget.n_releases == 2  # a majority of 4; 2 models
-    assert noise.budget.epsilon_spent == pytest.approx(2.0, rel=1e-9)
-    assert noise.site_std == pytest.approx(4 * noise.budget.noise_multiplier / math.sqrt(3))
-    assert settings(**{"noise-epsilon": 0.0}).noise is None
+    z = noise_multiplier(epsilon=2.0, delta=1e-6) * math.sqrt(2)
+    assert dict(plan().room) == pytest.approx({"kd": z * 4 * math.sqrt(2), "rows": z})
+    assert dict(plan(weights="uniform").room) == dict(plan().room)  # min-rows 1 on the server
+    assert plan(**{"noise-epsilon": 0.0}).room == ()
+    poly = dict(plan(kernel="poly", **{"kernel-params": ""}).room)  # bounded on the ball
+    low, high = (1 - 100 / 3) ** 3, (1 + 100 / 3) ** 3  # (<x, y> / 3 + 1)^3, |<x, y>| <= 100
+    assert poly["kd"] == pytest.approx(z * 4 * (high - low) * math.sqrt(2))
     for change, match in [
-        ({"weights": "uniform"}, r"'noise-epsilon' needs weights = \"size\""),
-        ({"kernel": "poly", "kernel-params": ""}, r"kernel: private KD needs a kernel bounded"),
-        ({"kernel-params": ""}, r"needs an explicit 'bandwidth'"),
-        (
-            {"kd-estimator": "subsets"},
-            r"kd_estimator: expected .unbiased. or .biased. \(private KD",
-        ),
-        ({"noise-delta": 0.0}, r"'noise-epsilon' 2: delta: expected a positive"),
-        ({"noise-epsilon": -1.0}, r"'noise-epsilon' -1: epsilon: expected a positive"),
+        ({"kernel-params": ""}, r"kernel 'rbf' needs a 'bandwidth'"),
+        ({"kd-estimator": "subsets"}, r"'noise-epsilon' 2: blocks \['kd'\] have no bounded"),
+        ({"metrics": "kd,fd"}, r"'noise-epsilon' 2: blocks \['sum', 'scatter'\] have no bounded"),
     ]:
         with pytest.raises(ValueError, match=match):
-            settings(**change)
+            plan(**change)
 
 
 def test_the_modulus_2_pow_40_is_exact_in_the_pinned_flowers_int64_arithmetic():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from dp_accounting import get_sigma_gaussian
 from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.common.secure_aggregation import secaggplus_utils
 from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
@@ -41,7 +43,6 @@ from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
 from distrank.flower.secure.server import bounds_path, secure_table
 from distrank.metrics import score
-from distrank.metrics.privacy import distributed_noise
 from distrank.metrics.table import meta_path
 
 STOCK = secaggplus_utils.pseudo_rand_gen  # Flower 1.42's generator: a 32-bit fold of the seed
@@ -322,13 +323,27 @@ def test_the_unmask_checks():
 NOISY = {"metrics": "kd", "kernel": "rbf", "kernel-params": "bandwidth=3"}
 
 
+def site_noise(plan, models, options, **policy):
+    """(the plan with room for it, the std each site adds) under a site policy of
+    epsilon 1, delta 1e-5, rows public, with ``policy``'s changes."""
+    from dataclasses import replace
+
+    from distrank.flower.policy import Policy
+
+    site = Policy(
+        feature_bound=BOUND, max_rows=1000, epsilon=1.0, delta=1e-5, rows="public", **policy
+    )
+    roomy = replace(plan, room=(("kd", 1e9),))
+    stds, _, _ = secure_site.check_plan(site, roomy, models, options, np.zeros(plan.dim))
+    return replace(plan, room=tuple(stds.items())), stds
+
+
 def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
     """Through the sites' noise, quantisation, Flower's sum and the server's table: the
     released KD_avg's variance over many runs is (A / t) sigma^2 / n^2, within its 99.9%
-    sampling interval, and its mean is the exact KD_avg."""
+    sampling interval, and its mean is the exact KD_avg. sigma is the Gaussian mechanism
+    of (1, 1e-5) for the sum's L2 sensitivity 4 sqrt(M) (M = 2 models, rbf)."""
     sites, models = federation
-    noise = distributed_noise(epsilon=1.0, delta=1e-5, n_models=2, threshold=2)
-    plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, noise.site_std)
     options = {
         "metrics": ["kd"],
         "kernel": "rbf",
@@ -341,12 +356,15 @@ def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
         "dc_k": 5,
         "dtype": "float64",
     }
+    plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, threshold=2)
+    plan, stds = site_noise(plan, models, options)
     exact = [secure_site.site_vector(x, models, options, plan, None) for x in sites.values()]
     rng, draws = np.random.default_rng(2024), 1500
     released = np.empty((draws, 2))
+    summed = {b: std * math.sqrt(3) for b, std in stds.items()}  # 3 sites' noise
     for i in range(draws):
-        mean = flower_sum([secure_site.add_noise(v, plan, rng) for v in exact], plan)
-        table, _ = secure_table(mean, 3, plan, models, None, noise=noise)
+        mean = flower_sum([secure_site.add_noise(v, plan, stds, rng) for v in exact], plan)
+        table, _ = secure_table(mean, 3, plan, models, None, noise=summed)
         released[i] = table.value.to_numpy()
     n = sum(len(x) for x in sites.values())
     expected = score(
@@ -358,8 +376,9 @@ def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
         kernel_params={"bandwidth": 3.0},
         dtype="float64",
     ).query("aggregation == 'avg'")
-    variance = noise.released_std(n, 3) ** 2
-    assert variance == pytest.approx((3 / 2) * (4 * noise.budget.noise_multiplier / n) ** 2)
+    sigma = get_sigma_gaussian(1.0, 1e-5) * 4 * math.sqrt(2)  # dp_accounting, independently
+    variance = (3 / 2) * (sigma / n) ** 2
+    assert variance == pytest.approx(3 * stds["kd"] ** 2 / n**2, rel=1e-6)
     low, high = stats.chi2.ppf([0.0005, 0.9995], draws - 1) / (draws - 1)
     for g in range(2):
         ratio = released[:, g].var(ddof=1) / variance
@@ -368,14 +387,46 @@ def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
         assert abs(z) < 3.5
 
 
-def test_a_noisy_secure_run_reports_its_budget(tmp_path, federation, reference, server_process):
-    _, out = run_secure(
-        tmp_path, *federation, **NOISY, **{"noise-epsilon": 1.0, "noise-delta": 1e-5}
-    )
+def test_colluders_raise_each_honest_sites_share(federation):
+    """A server that counts c members of its own among the t that unmask: each honest
+    site of a policy with ``colluders`` c adds sigma^2 / (t - c), so the t - c honest
+    sites alone carry sigma^2; a threshold that leaves no honest site is refused."""
+    sites, models = federation
+    options = {"metrics": ["kd"], "kernel": "rbf", "kernel_params": {"bandwidth": 3.0}}
+    options |= {"kd_estimator": "unbiased", "n_subsets": 100, "subset_size": 1000, "seed": 0}
+    options |= {"pr_k": 3, "dc_k": 5, "dtype": "float64"}
+    plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, threshold=3)
+    sigma = get_sigma_gaussian(1.0, 1e-5) * 4 * math.sqrt(2)
+    for c in (0, 1, 2):
+        _, stds = site_noise(plan, models, options, colluders=c)
+        assert (3 - c) * stds["kd"] ** 2 == pytest.approx(sigma**2, rel=1e-6)
+    with pytest.raises(secure_site.Refused, match="leaves no honest site"):
+        site_noise(plan, models, options, colluders=3)
+
+
+def test_a_noisy_secure_run_reports_what_the_sites_attested(
+    tmp_path, federation, reference, server_process
+):
+    """A run config that asks for epsilon 1 claims nothing by itself: with sites whose
+    policy adds no noise, the sums are exact and the meta and ``noise_std`` say "no
+    noise"; with sites of epsilon 1, the meta reports each site's attested noise and the
+    table's noise std follows from it."""
+    asked = NOISY | {"noise-epsilon": 1.0, "noise-delta": 1e-5}
+    (tmp_path / "none").mkdir()
+    (tmp_path / "noisy").mkdir()
+    _, out = run_secure(tmp_path / "none", *federation, **asked)
     meta = json.loads(meta_path(out).read_text())
-    noise = distributed_noise(epsilon=1.0, delta=1e-5, n_models=2, threshold=2)
-    assert meta["privacy"]["epsilon_spent"] == pytest.approx(1.0, rel=1e-9)
-    assert meta["privacy"]["site_noise_std"] == pytest.approx(noise.site_std)
+    assert meta["privacy"]["requested"] == {"epsilon": 1.0, "delta": 1e-5}
+    assert meta["privacy"]["noise"] == "none"
+    assert set(meta["privacy"]["sites"].values()) == {"no noise"}
+    assert (pd.read_csv(bounds_path(out)).noise_std == 0).all()
+
+    node = {"noise-epsilon": 1.0, "noise-delta": 1e-5, "rows": "public"}
+    _, out = run_secure(tmp_path / "noisy", *federation, node=node, **asked)
+    meta = json.loads(meta_path(out).read_text())
+    attested = meta["secure"]["attested"]
+    kd_std = math.sqrt(sum(a["noise"]["kd"] ** 2 for a in attested.values()))
+    assert meta["privacy"]["noise"] == pytest.approx({"kd": kd_std})
     table = pd.read_csv(out, keep_default_na=False).merge(
         pd.read_csv(bounds_path(out)), on=["model", "metric", "aggregation"]
     )
@@ -391,6 +442,6 @@ def test_a_noisy_secure_run_reports_its_budget(tmp_path, federation, reference, 
         plain, on=["model", "metric", "aggregation", "client"], suffixes=("", "_plain")
     )
     assert len(merged) == 2
-    assert np.allclose(merged.noise_std, noise.released_std(len(reference[0]), 3), rtol=1e-12)
+    assert np.allclose(merged.noise_std, kd_std / len(reference[0]), rtol=1e-12)
     gap = (merged.value - merged.value_plain).abs()
     assert (gap > 100 * merged.bound).all() and (gap < 6 * merged.noise_std).all()

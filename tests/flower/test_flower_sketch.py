@@ -17,7 +17,6 @@ from distrank.flower.secure import site as secure_site
 from distrank.flower.secure.server import bounds_path, sketch_path
 from distrank.flower.server import sketches_dir
 from distrank.metrics import score
-from distrank.metrics.privacy import distributed_noise
 from distrank.metrics.scoring import score_sketches
 from distrank.metrics.sketch import maps as sk
 from distrank.metrics.sketch.family import DIM, pooled_sketch
@@ -57,7 +56,7 @@ def test_sites_send_sketches_and_the_server_ranks_from_them(
         sites,
         models,
         tamper=no_model_goes_down(sent),
-        node={"secure-only": mode == "secure"},
+        node={"plain": "" if mode == "secure" else "sketch"},
         **SKETCH,
         secure=mode == "secure",
     )
@@ -85,31 +84,32 @@ def test_the_released_pooled_sketch_carries_the_calibrated_noise(federation):
     """The analyst's view over many runs: sites' noise, quantisation, Flower's sum and the
     server's decoding; each entry's variance is (A / t) sigma^2 / n^2 (chi-square), and
     its mean the exact pooled sketch."""
+    from dataclasses import replace
+
+    from dp_accounting import get_sigma_gaussian
+
+    from distrank.flower.policy import Policy
+
     sites, _ = federation
-    noise = distributed_noise(epsilon=1.0, delta=1e-5, n_models=1, threshold=2, sensitivity=2.0)
     plan = secure.Plan(
-        (),
-        ("kd_sketch",),
-        6,
-        "size",
-        BOUND,
-        1000,
-        0.0,
-        noise.site_std,
-        threshold=2,
-        seed=4,
-        bandwidth=3.0,
+        (), ("kd_sketch",), 6, "size", BOUND, 1000, 1.0, threshold=2, seed=4, bandwidth=3.0
     )
+    options = {"metrics": ["kd_sketch"], "kernel": "rbf", "kernel_params": {"bandwidth": 3.0}}
+    site = Policy(feature_bound=BOUND, max_rows=1000, epsilon=1.0, delta=1e-5, rows="public")
+    stds, _, _ = secure_site.check_plan(
+        site, replace(plan, room=(("sketch", 1e9),)), {}, options, np.zeros(6)
+    )
+    plan = replace(plan, room=tuple(stds.items()))
     exact = [secure_site.site_vector(x, {}, {}, plan, None) for x in sites.values()]
     n = sum(len(x) for x in sites.values())
     truth = sk.FeatureMap(6, DIM, 3.0, 4).sketch(np.concatenate(list(sites.values()))).mean
     rng, draws = np.random.default_rng(7), 120
     released = np.empty((draws, DIM))
     for i in range(draws):
-        mean = flower_sum([secure_site.add_noise(v, plan, rng) for v in exact], plan)
+        mean = flower_sum([secure_site.add_noise(v, plan, stds, rng) for v in exact], plan)
         released[i] = pooled_sketch(plan, secure.split(secure.decode(mean, 3, plan), plan), n).mean
-    variance = noise.released_std(n, 3) ** 2
-    assert variance == pytest.approx((3 / 2) * (2 * noise.budget.noise_multiplier / n) ** 2)
+    variance = (3 / 2) * (2 * get_sigma_gaussian(1.0, 1e-5) / n) ** 2  # sensitivity 2, t = 2
+    assert variance == pytest.approx(3 * stds["sketch"] ** 2 / n**2, rel=1e-6)
     dof = released.size - DIM
     low, high = stats.chi2.ppf([0.0005, 0.9995], dof) / dof
     ratio = ((released - released.mean(axis=0)) ** 2).sum() / dof / variance

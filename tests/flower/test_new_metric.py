@@ -30,6 +30,7 @@ from textkit import html_tables
 from distrank.cli import main as cli
 from distrank.flower.messages import OPTION_KEYS, decode_reply, encode_request
 from distrank.flower.node import SiteConfig
+from distrank.flower.policy import Policy
 from distrank.flower.secure.server import bounds_path
 from distrank.flower.server import federated_table
 from distrank.flower.site import score_site
@@ -267,7 +268,8 @@ def test_flower_plain_and_secure(registered, federation, reference, tmp_path, se
     replies = []
     for name, rows in sites.items():
         np.savez(tmp_path / f"{name}-site.npz", features=rows)
-        site = SiteConfig(name, tmp_path / f"{name}-site.npz", share_stats=True, secure_only=False)
+        policy = Policy(share_stats=True, plain=("scores",))
+        site = SiteConfig(name, tmp_path / f"{name}-site.npz", policy)
         replies.append(decode_reply(score_site(site, request)))
     table = federated_table(replies, models=models)
     assert check(table, expected) == 2 * (2 + 3)  # all (from the shared means), avg, 3 sites

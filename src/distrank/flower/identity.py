@@ -5,11 +5,13 @@ through the server, which could put keys of its own in place of a site's peers a
 decrypt that site's key shares. Each site therefore holds a long-term Ed25519 key
 (node config ``signing-key``, a PEM file) and pins every member's public key (node
 config ``peers``, a JSON file ``{"site-id": "<base64 of the 32-byte public key>"}``).
-A site signs two statements per run, each bound to the run id and its node id:
+A site signs statements bound to the run id and its node id:
 
-    keys   its two SecAgg+ public keys, with its setup reply
-    view   the nodes whose key shares it received -- the peers it masked with -- with
-           its masked vector
+    keys    its two SecAgg+ public keys, with its setup reply
+    view    the nodes whose key shares it received -- the peers it masked with -- with
+            its masked vector
+    attest  the noise it added and the policy it applied, with its round-1 or plain
+            reply (the table's ``.meta.json`` carries it: :func:`verify_attestation`)
 
 and checks its peers' statements before it encrypts shares to them or unmasks
 (:mod:`distrank.flower.secure.site`). Make a key and print its public half with
@@ -121,6 +123,27 @@ class Identity:
                 f"run {statement.run}, node {statement.node}"
             )
         return statement
+
+
+def verify_attestation(attested: Mapping, peers_path: Path) -> str:
+    """The site that signed ``attested`` (an entry of a table's ``.meta.json``: what a
+    site attests, with ``signed``, the base64 [statement, signature]) if its pinned key
+    in ``peers_path`` signed exactly this content; else BadStatement."""
+    try:
+        pinned = json.loads(Path(peers_path).read_text())
+        data, signature = (base64.b64decode(b) for b in attested["signed"])
+        statement = Statement.decode(data)
+        key = _public(pinned[statement.site])
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise BadStatement(f"no checkable signed attestation ({err!r})") from None
+    try:
+        key.verify(signature, data)
+    except InvalidSignature:
+        raise BadStatement(f"a bad signature for {statement.site!r}") from None
+    said = {k: v for k, v in attested.items() if k != "signed"}
+    if statement.kind != "attest" or json.loads(statement.content[0]) != said:
+        raise BadStatement(f"{statement.site!r} signed other content than this attestation")
+    return statement.site
 
 
 def public_text(key) -> str:

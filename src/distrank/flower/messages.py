@@ -8,8 +8,12 @@ client-app process, so every model goes in the same request:
                                       (``kernel_params`` as JSON text) and
                                       ``want_stats`` (a requested metric has a
                                       ``Metric.pooled``: FD)
-    reply    "site"     ConfigRecord  site-id, n (reference rows), models, metrics,
-                                      error ("" on success)
+    reply    "site"     ConfigRecord  site-id, n (reference rows, noised when the site's
+                                      policy says so), models, metrics, error ("" on
+                                      success)
+             "attested" ConfigRecord  content: JSON of the noise the site added (block
+                                      -> std) and the policy it applied; signed:
+                                      [statement, signature] when the site has a key
              "scores"   ArrayRecord   values: (models, metrics) float64
              "stats"    ArrayRecord   "<metric>.<name>": each such metric's statistics
                                       (FD: fd.mean (d,), fd.cov (d, d)), only when the
@@ -64,6 +68,7 @@ class SiteReply:
     stats: dict[str, dict[str, np.ndarray]] | None = None
     error: str = ""
     sketch: Sketch | None = None  # sketch mode: the site's mean sketch, instead of scores
+    attested: dict | None = None  # what the site attests: its noise, its policy (flower.policy)
 
 
 def encode_request(models: Mapping[str, np.ndarray], options: Mapping) -> RecordDict:
@@ -151,13 +156,17 @@ def decode_reply(content: RecordDict) -> SiteReply:
         raise ValueError(f"reply: site-id must be an int or a str, got {site_id!r}")
     if error:
         return SiteReply(site_id, 0, {}, error=str(error))
+    attested = None
+    if "attested" in content.config_records:
+        attested = json.loads(str(content.config_records["attested"].get("content", "{}")))
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"reply of site {site_id!r}: n must be a positive int, got {n!r}")
     if "sketch" in content.array_records:
         from distrank.metrics.sketch.maps import Sketch
 
         meta = json.loads(str(site.get("sketch-meta", "{}")))
-        return SiteReply(site_id, n, {}, sketch=Sketch(content["sketch"]["mean"].numpy(), n, meta))
+        mean = content["sketch"]["mean"].numpy()
+        return SiteReply(site_id, n, {}, sketch=Sketch(mean, n, meta), attested=attested)
     models, metrics = list(site.get("models", [])), list(site.get("metrics", []))
     values = content.array_records["scores"]["values"].numpy()
     if values.shape != (len(models), len(metrics)):
@@ -169,7 +178,7 @@ def decode_reply(content: RecordDict) -> SiteReply:
     stats = None
     if "stats" in content.array_records:
         stats = _decode_stats(content.array_records["stats"], metrics, n, site_id)
-    return SiteReply(site_id, n, scores, stats)
+    return SiteReply(site_id, n, scores, stats, attested=attested)
 
 
 def _decode_stats(record: ArrayRecord, metrics, n: int, site_id) -> dict:

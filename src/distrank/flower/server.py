@@ -178,8 +178,15 @@ def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder) -> pd.Da
 
 
 def report_meta(replies: Sequence[SiteReply], settings: RunSettings) -> dict:
-    """What the report page needs beside the table: the options and each site's n_i."""
+    """What the report page needs beside the table: the options, each site's n_i (as it
+    released it) and what each site attested: the noise it added ("no noise" where it
+    added none) and the policy it applied."""
+    from distrank.flower.secure.server import guarantee
+
+    attested = {str(r.site): dict(r.attested or {}) for r in replies}
     return {
         "options": settings.score_options.as_dict(),
         "reference": {str(r.site): {"n": r.n} for r in replies},
+        "attested": attested,
+        "privacy": {"sites": {s: guarantee(a) for s, a in attested.items()}},
     }

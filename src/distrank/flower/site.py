@@ -1,21 +1,24 @@
 """The site: a Flower ``ClientApp`` that scores every model on the site's own features.
 
-A site never sends features. It answers the server's one request with, per model,
-its client scores D(X_i, Y) from :func:`distrank.metrics.score_client` (equal to
-the ``client`` rows of ``distrank score`` for this site), its row count n_i and
-its site id; and, only when its node config says ``share-stats=true``, the
-statistics of each requested metric that has them (``Metric.pooled``: FD's Gaussian
-statistics (n_i, mean_i, C_i), from which the server pools FD_all exactly). The mean and covariance reveal more
-about the site's data than scores do: sharing them is the site's decision. In
-secure mode (:mod:`distrank.flower.secure`) the site prepares its vector on the
-request and sends it, masked, in a SecAgg+ round; with ``secure-only=true`` (the
-default) it answers nothing else, and it answers no message type but ``query`` and
-``train``. Node config: :mod:`distrank.flower.node`.
+A site never sends features, and releases only what its release policy
+(:mod:`distrank.flower.policy`) opens, with the noise that policy asks for, accounted
+in its ledger. Plain scores (policy ``plain = "scores"``): per model, its client
+scores D(X_i, Y) from :func:`distrank.metrics.score_client` (equal to the ``client``
+rows of ``distrank score`` for this site, without noise), its row count n_i and its
+site id; and, only with ``share-stats = true`` and no noise, the statistics of each
+requested metric that has them (``Metric.pooled``: FD's Gaussian statistics (n_i,
+mean_i, C_i), from which the server pools FD_all exactly). Plain sketches (``plain =
+"sketch"``): its mean sketch of the request's public map. Each reply carries what the
+site attests (the noise it added and the policy it applied). In secure mode
+(:mod:`distrank.flower.secure`) the site prepares its vector on the request and sends
+it, masked, in a SecAgg+ round. It answers no message type but ``query`` and ``train``.
+Node config: :mod:`distrank.flower.node`.
 """
 
 from __future__ import annotations
 
-from flwr.app import Context, Error, Message, MessageType, RecordDict
+import numpy as np
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
@@ -28,12 +31,11 @@ from distrank.flower.messages import (
 )
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure import site as secure_site
+from distrank.metrics.registry import METRICS
 
 #: the only message types a site answers: Flower routes "train.<action>" and
 #: "query.<action>" to the same functions, past mods that act on the exact type only
 TYPES = (MessageType.QUERY, MessageType.TRAIN)
-#: a secure-only site's answer to a plain request
-SECURE_ONLY = "refused: this site answers secure requests only (node config secure-only)"
 
 
 def exact_types_mod(msg: Message, context: Context, call_next) -> Message:
@@ -46,55 +48,101 @@ def exact_types_mod(msg: Message, context: Context, call_next) -> Message:
 app = ClientApp(mods=[exact_types_mod])
 
 
-def score_site(site: SiteConfig, request: RecordDict, run: int = 0) -> RecordDict:
-    """The reply content to ``request``: scores (and statistics, if allowed), or the
-    error that prevented them (a bad request, an unreadable file, too few rows)."""
+def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 0) -> RecordDict:
+    """The reply content to a plain ``request``: scores (and statistics, if allowed), or
+    this site's sketch (sketch mode), each with the noise of its policy and what it
+    attests; or the error that prevented them. Every refusal comes from the request and
+    the policy, before the data is read (:mod:`distrank.flower.policy`)."""
     from distrank.features.cache import load_features
     from distrank.metrics import score_client
-    from distrank.metrics.registry import METRICS
+    from distrank.metrics.options import score_options
+    from distrank.metrics.sketch.family import SketchSum
 
-    if site.secure_only:
-        return encode_error(site.site, SECURE_ONLY)
+    policy = site.policy
     try:
         models, options, want_stats = decode_request(request)
-        x = load_features(site.features)
-        if list(options["metrics"]) == ["kd_sketch"] and not models:  # sketch mode
-            return encode_sketch_reply(site.site, site_sketch(site, x, options, run))
-        scores = score_client(x, models, options, device=site.device)
+        opts = score_options(options)
+        sketching = list(opts.metrics) == ["kd_sketch"] and not models  # sketch mode
+        path = "sketch" if sketching else "scores"
+        policy.allow(path, opts.metrics)
+        dim = next(iter(models.values())).shape[1] if models else 1
+        bounds = policy.bounds(opts, dim, models)
+        if not policy.noisy:
+            sens = {}
+        elif sketching:
+            sens = SketchSum().sensitivity(None, bounds, opts)
+        else:
+            sens = plain_sensitivities(opts, bounds, models)
+        stds = policy.stds(sens)
+        spent = policy.spend(path=path, run=run, stds=stds, sensitivities=sens, what=opts.metrics)
+        x = policy.clip(load_features(site.features))
+        rng = np.random.default_rng()
+        n = released_rows(len(x), stds, rng)
+        said = {"path": path, "noise": stds, "spent": spent} | policy.summary()
+        attested = attestation(site, run, node, said)
+        if sketching:
+            reply = encode_sketch_reply(site.site, site_sketch(x, opts, stds, n, rng))
+            reply["attested"] = attested
+            return reply
+        scores = score_client(x, models, opts, device=site.device)
+        for metric, std in stds.items():
+            for by_metric in scores.values():
+                if metric in by_metric:
+                    by_metric[metric] += float(rng.normal(0.0, std))
         stats = None
-        if want_stats and site.share_stats:
-            pooled = {m: METRICS[m].pooled for m in options["metrics"]}
+        if want_stats and policy.share_stats and not stds:  # moments leave only exact
+            pooled = {m: METRICS[m].pooled for m in opts.metrics}
             stats = {m: p.site(x, site.device) for m, p in pooled.items() if p is not None}
     except (ValueError, OSError) as err:
         return encode_error(site.site, f"{type(err).__name__}: {err}")
-    return encode_reply(site.site, len(x), scores, stats)
+    reply = encode_reply(site.site, n, scores, stats)
+    reply["attested"] = attested
+    return reply
 
 
-def site_sketch(site: SiteConfig, x, options, run: int = 0):
-    """Sketch mode: this site's mean sketch of the request's public map (``kd_sketch``),
-    released with the noise its own node config asks for (and recorded in its ledger)."""
-    import numpy as np
+def plain_sensitivities(opts, bounds, models) -> dict:
+    """Metric -> the L2 sensitivity of this site's plain scores of every model (its
+    ``WeightedSum`` under uniform weights: D_i moves by the unit over ``min-rows``);
+    None for a metric with no such bound."""
+    from types import SimpleNamespace
 
-    from distrank.metrics.options import score_options
-    from distrank.metrics.privacy import release_sketch
+    one_site = SimpleNamespace(models=tuple(models), weights="uniform")
+    out = {}
+    for m in opts.metrics:
+        secure = METRICS[m].secure
+        scored = secure is not None and secure.needs_scores
+        out[m] = secure.sensitivity(one_site, bounds, opts)[m] if scored else None
+    return out
+
+
+def released_rows(n: int, stds, rng) -> int:
+    """n_i as it leaves: exact, or with the policy's noise (rounded, at least 1)."""
+    if "rows" not in stds:
+        return n
+    return max(1, int(round(n + rng.normal(0.0, stds["rows"]))))
+
+
+def site_sketch(x, opts, stds, n: int, rng):
+    """Sketch mode: this site's mean sketch of the request's public map, released as the
+    noised sum n_i s_i (sensitivity 2) over the released n."""
     from distrank.metrics.sketch.family import feature_map
+    from distrank.metrics.sketch.maps import Sketch
 
-    o = score_options(options)
-    if o.kernel != "rbf" or "bandwidth" not in (o.kernel_params or {}):
+    if opts.kernel != "rbf" or "bandwidth" not in (opts.kernel_params or {}):
         raise ValueError("sketch mode: needs kernel rbf and a public 'bandwidth' (kernel-params)")
-    made = feature_map(o, x.shape[1]).sketch(x)
-    if not site.noise_epsilon:
+    made = feature_map(opts, x.shape[1]).sketch(x)
+    if not stds:
         return made
-    made = release_sketch(
-        made, epsilon=site.noise_epsilon, delta=site.noise_delta, rng=np.random.default_rng()
-    )
-    if site.budget_epsilon:
-        from distrank.flower.ledger import Ledger
+    total = made.n * np.asarray(made.mean) + rng.normal(0.0, stds["sketch"], np.shape(made.mean))
+    meta = dict(made.meta) | {"noise_std": stds["sketch"] / n}
+    return Sketch(total / n, n, meta)
 
-        Ledger(site.ledger, site.budget_epsilon, site.noise_delta).record(
-            run, made.noise_std * made.n / 2.0, 1
-        )
-    return made
+
+def attestation(site: SiteConfig, run: int, node: int, content) -> ConfigRecord:
+    """The reply's attestation (signed when the site has a key: ``secure.site``)."""
+    from flwr.app import Context
+
+    return secure_site.attestation(site, Context(run, node, {}, RecordDict(), {}), content)
 
 
 @app.query(mods=[secure_site.guard_mod])
@@ -104,7 +152,7 @@ def query(msg: Message, context: Context) -> Message:
     site = SiteConfig.from_node_config(context.node_config)
     if "secure" in msg.content.config_records:
         return Message(secure_site.prepare(site, msg.content, context), reply_to=msg)
-    return Message(score_site(site, msg.content, context.run_id), reply_to=msg)
+    return Message(score_site(site, msg.content, context.run_id, context.node_id), reply_to=msg)
 
 
 @app.train(mods=[secure_site.guard_mod, secure_site.policy_mod, secaggplus_mod])

@@ -122,24 +122,24 @@ class SecureSum:
     its rows and (``needs_scores``) its client scores; :meth:`finish` gives, per
     aggregation, (values, bounds) for every model from the summed blocks, whose entries
     are each off by at most ``errors[block]``. ``moments``: the entries hold the site's
-    moments, which its node config must allow (``share-stats``); ``noisy``: the entries
-    that secure mode's distributed noise goes to.
+    moments, which its policy must allow (``share-stats``).
     """
 
     needs_scores = False
     moments = False
-    noisy = False
 
-    def sensitivity(self, plan) -> float:
-        """The L2 norm by which one site's noisy entries can move when one of its rows is
-        replaced (what secure mode's noise is calibrated for)."""
-        raise NotImplementedError
+    def sensitivity(self, plan, bounds, options) -> dict[str, float | None]:
+        """Block -> the L2 norm by which one site's entries can move when one of its rows
+        is replaced, under a site's ``bounds`` (``flower.policy.Bounds``) and the request's
+        ``options``; None where no bound holds (a site that adds noise refuses it)."""
+        return {name: None for name, _, _ in self.blocks(plan)}
 
-    def value_noise(self, plan, models, std: float):
-        """The noise std of each model's value when the summed noisy entries carry ``std``."""
+    def value_noise(self, plan, models, std: float, n: int, k: int):
+        """The noise std of each model's value when the sum's first block carries noise of
+        std ``std`` (n rows over k sites); nan where it is not Gaussian in the value."""
         import numpy as np
 
-        return np.full(len(models), std)
+        return np.full(len(models), np.nan)
 
     def blocks(self, plan) -> list[tuple[str, int, float]]:
         raise NotImplementedError
@@ -153,7 +153,9 @@ class SecureSum:
 
 class WeightedSum(SecureSum):
     """avg = sum_i w_i D_i / sum_i w_i (``distrank score``'s avg) from each site's w_i D_i
-    (w_i = n_i for size weights, 1 for uniform), where ``abs(D) <= bound(plan)``."""
+    (w_i = n_i for size weights, 1 for uniform), where ``abs(D) <= bound(plan)``.
+    ``unit(bounds, options)``: the most n_i D_i moves when one row is replaced (None:
+    unbounded); w_i D_i moves by that over ``min_rows`` under uniform weights."""
 
     needs_scores = True
 
@@ -162,14 +164,17 @@ class WeightedSum(SecureSum):
         key: str,
         bound: Callable[[Any], float],
         *,
-        noisy: bool = False,
-        sensitivity: float = 0.0,
+        unit: Callable[[Any, Any], float | None] | None = None,
     ):
-        self.key, self.bound, self.noisy, self.unit = key, bound, noisy, sensitivity
+        self.key, self.bound, self.unit = key, bound, unit
 
-    def sensitivity(self, plan) -> float:
-        """``sensitivity`` per model's w_i D_i, over the plan's models (L2)."""
-        return self.unit * len(plan.models) ** 0.5
+    def sensitivity(self, plan, bounds, options) -> dict[str, float | None]:
+        """``unit`` per model's w_i D_i, over the plan's models (L2)."""
+        unit = None if self.unit is None else self.unit(bounds, options)
+        if unit is None:
+            return {self.key: None}
+        per_model = unit if plan.weights == "size" else unit / bounds.min_rows
+        return {self.key: per_model * len(plan.models) ** 0.5}
 
     def blocks(self, plan) -> list[tuple[str, int, float]]:
         weight = plan.max_rows if plan.weights == "size" else 1
@@ -180,6 +185,11 @@ class WeightedSum(SecureSum):
 
         weight = len(x) if plan.weights == "size" else 1
         return [np.array([weight * scores[m][self.key] for m in plan.models], np.float64)]
+
+    def value_noise(self, plan, models, std: float, n: int, k: int):
+        import numpy as np
+
+        return np.full(len(models), std / (n if plan.weights == "size" else k))
 
     def finish(self, plan, sums: Mapping, n: int, k: int, centre, models, errors, device=None):
         import numpy as np

@@ -168,6 +168,23 @@ class Kernel:
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _FUNCTIONS[self.name](x, y, **self.params)
 
+    def range(self, radius: float) -> tuple[float, float]:
+        """(lo, hi) with lo <= k(x, y) <= hi for all x, y of L2 norm <= ``radius``.
+
+        rbf and laplace: [0, 1]; linear: [-r^2, r^2]; poly: the range of b^degree over
+        b in [coef0 - gamma r^2, coef0 + gamma r^2] (<x, y> in [-r^2, r^2]).
+        """
+        if self.name in BANDWIDTH_KERNELS:
+            return 0.0, 1.0
+        r2 = float(radius) ** 2
+        if self.name == "linear":
+            return -r2, r2
+        p = self.params
+        low, high = p["coef0"] - p["gamma"] * r2, p["coef0"] + p["gamma"] * r2
+        ends = (low ** p["degree"], high ** p["degree"])
+        even_through_zero = p["degree"] % 2 == 0 and low < 0 < high
+        return (0.0 if even_through_zero else min(ends)), max(ends)
+
     def from_gram(self, gram: torch.Tensor, a: Centred, b: Centred) -> torch.Tensor:
         """k(a, b) for all row pairs from the centred products ``gram = a.rows @ b.rows.T``,
         which poly and linear overwrite."""

@@ -6,25 +6,28 @@ Quantisation. SecAgg+ adds integers mod 2^40. Each entry v of a site's vector li
 ``feature-bound`` >= every row's L2 norm, N = ``max-rows`` >= every n_i; K = the
 kernel's maximum on the ball of radius F):
 
-    n_i: N     w_i KD_i: 4 K W (+ 40 sigma_site)     w_i Recall_i: W     S1: 2 F N
-    S2: 4 F^2 N
+    n_i: N     w_i KD_i: 4 K W     w_i Recall_i: W     S1: 2 F N     S2: 4 F^2 N
 
 (W = N for size weights, 1 for uniform; |KD| <= 4 K for every estimator; |x - c| <=
-2 F; sigma_site is the std of a site's noise, when the run adds it). A site rounds v
+2 F), each plus 40 times the plan's noise room of the block (``Plan.room``: the largest
+std of a site's noise the range holds; a site whose own noise is larger refuses). A
+site's rows are scaled to ``feature-bound`` and cut to ``max-rows`` inside its release
+and the centre is checked against ``feature-bound`` before any data is read, so no
+entry leaves its range: no answer depends on the data. A site rounds v
 to the grid of 2^60 steps over [-s, s] (error <= s 2^-60) and sends it as two 30-bit
 limbs; Flower's quantiser (clipping range 1, 2^30 levels) maps them to these integers
 exactly. The sums are exact integers (k <= 1023 sites: k 2^30 < 2^40), so the summed
 entry is off by at most k s 2^-60 -- below the float64 rounding of the summands. The
 bound written for each number (``scores.bounds.csv``) adds that rounding, k s 2^-50
-per summed entry. A row above ``feature-bound`` or a site above ``max-rows`` is an
-error naming the setting to raise, never a clip.
+per summed entry.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,7 +39,6 @@ from distrank.metrics.registry import METRICS, uses_kernel
 
 if TYPE_CHECKING:
     from distrank.flower.federation import RunSettings
-    from distrank.metrics.privacy import DistributedNoise
 
 #: the run config keys of secure mode and their defaults (the app's pyproject.toml has them)
 SECURE_CONFIG = {
@@ -66,12 +68,14 @@ class OutOfBounds(ValueError):
 
 @dataclass(frozen=True)
 class SecureSettings:
-    """The secure-mode keys of the run config, checked."""
+    """The secure-mode keys of the run config, checked. ``epsilon``/``delta``: the noise
+    the server asks for (0: none); each site adds the noise of its own policy."""
 
     feature_bound: float
     max_rows: int
     threshold: int
-    noise: DistributedNoise | None = None  # with 'noise-epsilon' > 0
+    epsilon: float = 0.0
+    delta: float = 0.0
 
     @classmethod
     def from_run_config(cls, config: Mapping, settings: RunSettings) -> SecureSettings | None:
@@ -114,53 +118,36 @@ class SecureSettings:
                 f"run config: 'secure-threshold' must be 0 (a majority) or {majority}..{k}, a "
                 f"majority of the sites (fewer lets a server unmask one site), got {threshold!r}"
             )
-        epsilon = float(get("noise-epsilon", (int, float)))
-        delta = float(get("noise-delta", (int, float)))
-        noise = _noise(settings, epsilon, delta, threshold) if epsilon else None
-        return cls(bound, rows, threshold, noise)
+        epsilon, delta = _noise_keys(get)
+        return cls(bound, rows, threshold, epsilon, delta)
 
 
-def _noise(settings: RunSettings, epsilon: float, delta: float, threshold: int):
-    """The distributed noise of KD_avg (or of the pooled sketch); ValueError naming the
-    key unless the run can add it."""
-    from distrank.metrics.privacy import check_private_options, distributed_noise
-
-    if sketch_only(settings.score_options.metrics):
-        if "bandwidth" not in (settings.score_options.kernel_params or {}):
-            raise ValueError("run config: 'noise-epsilon' needs an explicit rbf bandwidth")
-        return distributed_noise(
-            epsilon=epsilon, delta=delta, n_models=1, threshold=threshold, sensitivity=2.0
-        )
-    if settings.weights != "size":
+def _noise_keys(get) -> tuple[float, float]:
+    """(noise-epsilon, noise-delta) of the run config; ValueError names the key."""
+    epsilon = float(get("noise-epsilon", (int, float)))
+    delta = float(get("noise-delta", (int, float)))
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+        raise ValueError(f"run config: 'noise-epsilon' must be a number >= 0, got {epsilon!r}")
+    if epsilon and not 0 < delta < 1:
         raise ValueError(
-            "run config: 'noise-epsilon' needs weights = \"size\" (with uniform weights "
-            "KD_avg's sensitivity depends on the smallest site's rows, which no site knows)"
+            f"run config: 'noise-epsilon' needs 'noise-delta' in (0, 1), got {delta!r}"
         )
-    try:
-        check_private_options(settings.score_options)
-        return distributed_noise(
-            epsilon=epsilon, delta=delta, n_models=len(settings.models), threshold=threshold
-        )
-    except ValueError as err:
-        raise ValueError(f"run config: 'noise-epsilon' {epsilon:g}: {err}") from None
+    return epsilon, delta
 
 
 def kernel_bound(kernel: str, params: Mapping | None, dim: int, radius: float) -> float:
-    """max |k(x, y)| over |x|, |y| <= ``radius`` (poly: (gamma r^2 + |coef0|)^degree)."""
+    """max |k(x, y)| over |x|, |y| <= ``radius`` (``Kernel.range``)."""
     from distrank.metrics.kernels import make_kernel
 
-    k = make_kernel(kernel, params, dim)
-    if k.name == "poly":
-        p = k.params
-        return (p["gamma"] * radius**2 + abs(p["coef0"])) ** p["degree"]
-    return radius**2 if k.name == "linear" else 1.0
+    return max(abs(v) for v in make_kernel(kernel, params, dim).range(radius))
 
 
 @dataclass(frozen=True)
 class Plan:
     """What a site's vector holds -- its row count, then each metric's entries
-    (``Metric.secure``) -- each entry's clipping range, the noise each site adds to the
-    noisy entries (KD's) and the mask generator; public, sent to the sites."""
+    (``Metric.secure``) -- each entry's clipping range, the noise room of each block
+    (the largest std of a site's noise its range holds: 40 of them) and the mask
+    generator; public, sent to the sites. The noise itself is each site's own."""
 
     models: tuple[str, ...]
     metrics: tuple[str, ...]  # each with a secure sum, in the order asked
@@ -169,7 +156,7 @@ class Plan:
     feature_bound: float
     max_rows: int
     kernel_bound: float
-    noise_std: float = 0.0  # of the N(0, sigma_site^2) a site adds to each noisy entry
+    room: tuple[tuple[str, float], ...] = ()  # (block, std): the site noise its range holds
     generator: str = GENERATOR
     threshold: int = 2  # the sites any unmasked sum covers at least (SecAgg+'s threshold)
     seed: int = 0  # of a sketch's public feature map (kd_sketch)
@@ -189,10 +176,9 @@ class Plan:
         settings = "'feature-bound' or 'max-rows'"
         blocks = [("rows", 1, self.max_rows, "'max-rows'")]
         for secure in self.sums().values():
-            margin = NOISE_MARGIN * self.noise_std if secure.noisy else 0.0
-            blocks += [
-                (name, n, bound + margin, settings) for name, n, bound in secure.blocks(self)
-            ]
+            blocks += [(name, n, bound, settings) for name, n, bound in secure.blocks(self)]
+        room = dict(self.room)
+        blocks = [(b, n, bound + NOISE_MARGIN * room.get(b, 0.0), s) for b, n, bound, s in blocks]
         if len({b[0] for b in blocks}) != len(blocks):
             raise ValueError(f"metrics {self.metrics}: two secure sums name one block")
         return blocks
@@ -201,9 +187,13 @@ class Plan:
         """The clipping range s of each block: the power of two above its bound (and margin)."""
         return {name: scale_above(bound) for name, _, bound, _ in self.blocks()}
 
-    def sensitivity(self) -> float:
-        """The L2 sensitivity of a site's noisy entries to one of its rows (their metrics')."""
-        return sum(s.sensitivity(self) for s in self.sums().values() if s.noisy)
+    def sensitivities(self, bounds, options) -> dict[str, float | None]:
+        """Block -> its L2 sensitivity to one row of a site with ``bounds`` under the
+        request's ``options`` (``SecureSum.sensitivity``; None: unbounded)."""
+        out: dict[str, float | None] = {}
+        for secure in self.sums().values():
+            out |= secure.sensitivity(self, bounds, options)
+        return out
 
     def length(self) -> int:
         return sum(length for _, length, _, _ in self.blocks())
@@ -218,7 +208,7 @@ class Plan:
                 "feature-bound": float(self.feature_bound),
                 "max-rows": self.max_rows,
                 "kernel-bound": float(self.kernel_bound),
-                "noise-std": float(self.noise_std),
+                "noise-room": json.dumps(dict(self.room)),
                 "generator": self.generator,
                 "threshold": self.threshold,
                 "seed": self.seed,
@@ -237,7 +227,7 @@ class Plan:
                 float(record["feature-bound"]),
                 int(record["max-rows"]),
                 float(record["kernel-bound"]),
-                float(record["noise-std"]),
+                tuple(json.loads(str(record["noise-room"])).items()),
                 str(record["generator"]),
                 int(record["threshold"]),
                 int(record["seed"]),
@@ -245,6 +235,8 @@ class Plan:
             )
         except KeyError as err:
             raise ValueError(f"secure request: no {err.args[0]!r} in its plan") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"secure request: a malformed plan ({err})") from None
         unknown = [m for m in plan.metrics if m not in METRICS or METRICS[m].secure is None]
         if unknown:
             raise ValueError(f"secure request: no secure sum of metrics {unknown} here")
@@ -270,7 +262,7 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
             )
     o, dim = settings.options, dims.pop()
     k_max = kernel_bound(o["kernel"], o["kernel_params"], dim, secure.feature_bound)
-    return Plan(
+    plan = Plan(
         () if sketch_only(o["metrics"]) else tuple(models),  # a sketch needs no model
         tuple(o["metrics"]),
         dim,
@@ -278,11 +270,38 @@ def make_plan(settings: RunSettings, secure: SecureSettings, models: Mapping) ->
         secure.feature_bound,
         secure.max_rows,
         k_max if uses_kernel(o["metrics"]) else 0.0,
-        secure.noise.site_std if secure.noise else 0.0,
         threshold=secure.threshold,
         seed=o["seed"],
         bandwidth=float((o["kernel_params"] or {}).get("bandwidth", 0.0)),
     )
+    return (
+        replace(plan, room=noise_room(plan, settings.score_options, secure))
+        if secure.epsilon
+        else plan
+    )
+
+
+def noise_room(plan: Plan, options, secure: SecureSettings) -> tuple[tuple[str, float], ...]:
+    """The noise room of each block for a run that asks for (epsilon, delta): the std a
+    site with that policy adds when it counts on no other site's noise (c = t - 1), with
+    the plan's bounds, one row at least and a noised row count: at least what any site
+    of that epsilon adds. ValueError names the run config when a block has no bound."""
+    from distrank.flower.policy import Policy, Refused
+    from distrank.metrics.metric import KERNELS
+
+    policy = Policy(
+        feature_bound=plan.feature_bound,
+        min_rows=1,
+        epsilon=secure.epsilon,
+        delta=secure.delta,
+        noise_kernels=KERNELS,
+        rows="noise",
+    )
+    try:
+        bounds = policy.bounds(options, plan.dim, {})
+        return tuple(policy.stds(plan.sensitivities(bounds, options)).items())
+    except Refused as err:
+        raise ValueError(f"run config: 'noise-epsilon' {secure.epsilon:g}: {err}") from None
 
 
 def sketch_only(metrics) -> bool:
@@ -375,23 +394,24 @@ def encode_secure_request(
 
 @dataclass(frozen=True)
 class Ready:
-    """A site's round-1 reply: its id, its node, whether it adds its moments, or an error
-    category."""
+    """A site's round-1 reply: its id, its node, whether it adds its moments, what it
+    attests (``attested``: the parsed content; ``signed``: [statement, signature]), or an
+    error category."""
 
     site: int | str
     node: int
     moments: bool = False
     error: str = ""
-    enforced: Mapping = field(default_factory=dict)
+    attested: Mapping = field(default_factory=dict)
+    signed: tuple = ()
 
 
 def encode_ready(
-    site_id, *, moments: bool = False, error: str = "", enforced: Mapping | None = None
+    site_id, *, moments: bool = False, error: str = "", attested: ConfigRecord | None = None
 ) -> RecordDict:
-    """A site's round-1 reply; ``enforced``: the noise it added and the (epsilon, delta)
-    and budget spent of its own node config."""
+    """A site's round-1 reply; ``attested``: ``secure.site.attestation``'s record."""
     record = {"site-id": site_id, "moments": moments, "error": error}
-    return RecordDict({"site": ConfigRecord(record), "enforced": ConfigRecord(enforced or {})})
+    return RecordDict({"site": ConfigRecord(record), "attested": attested or ConfigRecord({})})
 
 
 def decode_ready(reply: Message) -> Ready:
@@ -402,5 +422,9 @@ def decode_ready(reply: Message) -> Ready:
     if isinstance(site, bool) or not isinstance(site, (int, str)):
         raise ValueError(f"reply: site-id must be an int or a str, got {site!r}")
     error = str(record.get("error") or "")
-    enforced = dict(reply.content.config_records.get("enforced", {}))
-    return Ready(site, reply.metadata.src_node_id, bool(record.get("moments")), error, enforced)
+    attested = reply.content.config_records.get("attested", {})
+    content = json.loads(str(attested.get("content", "{}")))
+    signed = tuple(attested.get("signed", ()))
+    return Ready(
+        site, reply.metadata.src_node_id, bool(record.get("moments")), error, content, signed
+    )

@@ -1,8 +1,8 @@
 """The server in secure mode: round 1, one SecAgg+ fit round, and the table from the sum.
 
 Beside the table it writes ``<out>.meta.json`` (the options, the sites whose vectors
-the sum covers and those that dropped, the threshold, the mask generator and, with
-noise, the privacy budget) and ``<stem>.bounds.csv`` (each number's bound against what
+the sum covers and those that dropped, the threshold, the mask generator, and what each
+site attested: the noise it added and the policy it applied, signed) and ``<stem>.bounds.csv`` (each number's bound against what
 plain mode computes from the same site values, and its noise std).
 """
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     import pandas as pd
     from flwr.serverapp import Grid
 
-    from distrank.metrics.privacy import DistributedNoise
-
 
 def main(grid: Grid, context: Context) -> None:
     """Secure mode's ServerApp body: the table (its metadata and bounds) from the secure sum."""
@@ -81,12 +79,14 @@ def main(grid: Grid, context: Context) -> None:
     )
     if dropped := [s for s in settings.sites if s not in included]:
         log(WARNING, "distrank: site(s) %s dropped out: the sum is over %s", dropped, included)
-    table, bounds = secure_table(total, len(included), plan, models, centre, noise=secure.noise)
-    meta = secure_meta(settings, secure, included, {str(r.site): r.enforced for r in ready})
+    attested = {str(r.site): r for r in ready if str(r.site) in included}
+    noise = summed_noise(r.attested for r in attested.values())
+    table, bounds = secure_table(total, len(included), plan, models, centre, noise=noise)
+    meta = secure_meta(settings, secure, included, attested, noise)
     with atomic_path(bounds_path(settings.out)) as tmp:
         bounds.to_csv(tmp, index=False)
     if "kd_sketch" in plan.metrics:  # the pooled sketch ranks later models too
-        write_pooled_sketch(total, len(included), plan, secure.noise, sketch_path(settings.out))
+        write_pooled_sketch(total, len(included), plan, noise, sketch_path(settings.out))
     score_table.write(table, settings.out, meta, "csv")
     log(
         INFO,
@@ -107,15 +107,37 @@ def main(grid: Grid, context: Context) -> None:
         )
 
 
+def summed_noise(attested) -> dict[str, float]:
+    """Block -> the std of the noise in the sum, from what the sites in it attested:
+    sqrt(sum_i std_i^2) ({} when no site added any)."""
+    total: dict[str, float] = {}
+    for content in attested:
+        for block, std in dict(content.get("noise") or {}).items():
+            total[block] = total.get(block, 0.0) + float(std) ** 2
+    return {block: var**0.5 for block, var in total.items() if var > 0}
+
+
 def secure_meta(
     settings: RunSettings,
     secure: SecureSettings,
     included: Sequence[str],
-    enforced: Mapping[str, Mapping] | None = None,
+    attested: Mapping | None = None,
+    noise: Mapping[str, float] | None = None,
 ) -> dict:
-    """The table's metadata: options, the sites its sums cover, what each site says it
-    enforced (the noise it added, its own epsilon and delta) and the privacy budget."""
-    meta = {
+    """The table's metadata: options, the sites its sums cover, what each site in the sum
+    attested (the noise it added, the policy it applied, the epsilon it spent; with its
+    signed statement, which anyone holding the members' pinned keys can check:
+    ``identity.verify_attestation``) and the noise in the sums. It claims no privacy the
+    sites did not attest: ``privacy.noise`` is "none" when no site added noise."""
+    import base64
+
+    sites = {}
+    for name, ready in (attested or {}).items():
+        sites[name] = dict(ready.attested)
+        if ready.signed:
+            sites[name]["signed"] = [base64.b64encode(bytes(b)).decode() for b in ready.signed]
+    requested = {"epsilon": secure.epsilon, "delta": secure.delta} if secure.epsilon else "none"
+    return {
         "options": settings.score_options.as_dict(),
         "secure": {
             "sites": list(included),
@@ -124,21 +146,24 @@ def secure_meta(
             "generator": GENERATOR,
             "feature-bound": secure.feature_bound,
             "max-rows": secure.max_rows,
-            "enforced": {s: dict(v) for s, v in (enforced or {}).items() if s in included},
+            "attested": sites,
+        },
+        "privacy": {
+            "requested": requested,
+            "noise": dict(noise) if noise else "none",
+            "sites": {s: guarantee(a) for s, a in sites.items()},
         },
     }
-    if secure.noise is not None:
-        budget = secure.noise.budget
-        meta["privacy"] = {
-            "mechanism": "Gaussian on sum_i n_i KD_i, split over the sites (secure mode)",
-            "epsilon": budget.epsilon,
-            "delta": budget.delta,
-            "n_releases": budget.n_releases,
-            "noise_multiplier": budget.noise_multiplier,
-            "epsilon_spent": budget.epsilon_spent,
-            "site_noise_std": secure.noise.site_std,
-        }
-    return meta
+
+
+def guarantee(attested: Mapping) -> str:
+    """One site's guarantee in words, from what it attested."""
+    if not attested.get("noise"):
+        return "no noise"
+    return (
+        f"(epsilon {attested['noise-epsilon']:g}, delta {attested['noise-delta']:g}) per "
+        f"release for one row, with up to {attested['colluders']} colluding sites"
+    )
 
 
 def sketch_path(out):
@@ -146,7 +171,7 @@ def sketch_path(out):
     return out.with_name(f"{out.stem}.sketch.npz")
 
 
-def write_pooled_sketch(mean, k: int, plan: Plan, noise, path) -> None:
+def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], path) -> None:
     """The pooled sketch of a secure sum, its noise std per entry in its metadata
     (``distrank rank --sketch`` scores models from it later)."""
     from distrank.metrics.sketch import maps as sketch
@@ -155,11 +180,8 @@ def write_pooled_sketch(mean, k: int, plan: Plan, noise, path) -> None:
     blocks = split(decode(mean, k, plan), plan)
     n = int(round(blocks["rows"][0]))
     pooled = pooled_sketch(plan, blocks, n)
-    if noise is not None:
-        budget = {"epsilon": noise.budget.epsilon, "delta": noise.budget.delta}
-        pooled = sketch.Sketch(
-            pooled.mean, n, pooled.meta | budget | {"noise_std": noise.released_std(n, k)}
-        )
+    if noise.get("sketch"):
+        pooled = sketch.Sketch(pooled.mean, n, pooled.meta | {"noise_std": noise["sketch"] / n})
     sketch.save(path, pooled)
 
 
@@ -330,12 +352,13 @@ def secure_table(
     models: Mapping,
     centre: np.ndarray,
     *,
-    noise: DistributedNoise | None = None,
+    noise: Mapping[str, float] | None = None,
     device=None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy table (each metric's rows of its secure sum: avg of KD and Recall, all of
     FD) and the bound and noise std of each row (columns model, metric, aggregation,
-    bound, noise_std) from Flower's aggregate of k sites."""
+    bound, noise_std) from Flower's aggregate of k sites; ``noise``: block -> the std of
+    the noise the sites attested in its sum (:func:`summed_noise`)."""
     import pandas as pd
 
     from distrank.metrics.table import from_values
@@ -352,8 +375,8 @@ def secure_table(
     values: dict = {g: {} for g in names}
     bounds = {}  # (model, metric, aggregation) -> (bound, noise std)
     for metric, secure in plan.sums().items():
-        std = noise.released_std(n, k) if noise and secure.noisy else 0.0
-        noise_std = secure.value_noise(plan, scored, std) if std else np.zeros(len(names))
+        std = (noise or {}).get(secure.blocks(plan)[0][0], 0.0)
+        noise_std = secure.value_noise(plan, scored, std, n, k) if std else np.zeros(len(names))
         got = secure.finish(plan, blocks, n, k, centre, scored, errors, device=device)
         for i, model in enumerate(names):
             pooled, avg = (got[a][0][i] if a in got else None for a in ("all", "avg"))

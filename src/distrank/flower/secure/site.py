@@ -1,28 +1,32 @@
 """A site in secure mode: its vector, its policy, and failures that say nothing about it.
 
-What leaves a site (node config: :mod:`distrank.flower.node`):
+What leaves a site (node config and release policy: :mod:`distrank.flower.node`,
+:mod:`distrank.flower.policy`):
 
-    round 1         its id, whether it joins FD, the noise it enforces, or a failure
-                    category -- once per run: a second query is refused
+    round 1         its id, whether it joins FD, what it attests (the noise it added,
+                    the policy it applied, signed), or a failure category -- once per
+                    run: a second query is refused
     SecAgg+ stages  what Flower's ``secaggplus_mod`` sends -- public keys (signed with
                     the site's long-term key), encrypted key shares, the masked vector
                     (with the signed set of peers it masked with), the shares for
                     unmasking -- once this site's policy (:func:`policy_mod`) allows the stage
     a failure       one of :data:`CATEGORIES`; the full message stays in the site's log
 
-Before it reads its data, the site checks the request against its own public bounds
-and noise (:func:`check_plan`), so no answer depends on the data. The policy: the
-request names this site's mask generator; the run has at least ``min-sites`` sites
-and a threshold that is a majority of them and the plan's; every peer's SecAgg+ keys
-are signed by a pinned site, each site once (:func:`check_keys`); at unmasking, the
-active and dropped nodes are exactly the peers this site masked with, every active
-site masked with the same peers (their signed views, :func:`check_views`), and they
-number at least the threshold and ``min-sites``.
+Before it reads its data, the site checks the request against its own policy
+(:func:`check_plan`): it derives each block's sensitivity and its own noise from the
+request's kernel, estimator and weights and its own bounds, and refuses what its policy
+does not open; its rows are then clipped to its bounds inside the release, so no answer
+depends on the data. The protocol checks: the request names this site's mask generator;
+the run has at least ``min-sites`` sites and a threshold that is a majority of them and
+the plan's; every peer's SecAgg+ keys are signed by a pinned site, each site once
+(:func:`check_keys`); at unmasking, the active and dropped nodes are exactly the peers
+this site masked with, every active site masked with the same peers (their signed
+views, :func:`check_views`), and they number at least the threshold and ``min-sites``.
 """
 
 from __future__ import annotations
 
-import math
+import json
 from collections.abc import Mapping
 from logging import WARNING
 
@@ -54,6 +58,7 @@ from distrank.flower import masks
 from distrank.flower.identity import BadStatement, Identity, Statement, keys_content
 from distrank.flower.messages import decode_request
 from distrank.flower.node import SiteConfig
+from distrank.flower.policy import Policy, Refused
 from distrank.flower.secure.plan import (
     KEYS,
     SIGNED,
@@ -62,7 +67,7 @@ from distrank.flower.secure.plan import (
     Plan,
     encode,
     encode_ready,
-    kernel_bound,
+    entry_scales,
     split,
 )
 
@@ -70,10 +75,6 @@ STATE = "distrank.secure"  # the site's context.state record of its prepared vec
 RUN = "distrank.run"  # the context.state record of the run this site answered, and its plan
 #: what a site in secure mode says of a failure, whatever its cause
 CATEGORIES = ("bad input", "too few rows", "out of bounds", "refused", "internal")
-
-
-class Refused(ValueError):
-    """A request that this site's policy refuses."""
 
 
 def category(err: BaseException) -> str:
@@ -128,95 +129,86 @@ def site_vector(
     return np.concatenate(parts)
 
 
-def add_noise(vector: np.ndarray, plan: Plan, rng: np.random.Generator) -> np.ndarray:
-    """The vector with N(0, ``plan.noise_std``^2) added to each entry of a noisy block."""
-    if not plan.noise_std:
+def add_noise(
+    vector: np.ndarray, plan: Plan, stds: Mapping[str, float], rng: np.random.Generator
+) -> np.ndarray:
+    """The vector with N(0, ``stds[block]``^2) added to each entry of each block named."""
+    if not stds:
         return vector
     noisy, blocks = vector.copy(), split(np.arange(len(vector)), plan)
-    for secure in plan.sums().values():
-        for name, length, _ in secure.blocks(plan) if secure.noisy else ():
-            noisy[blocks[name]] += rng.normal(0.0, plan.noise_std, length)
+    for name, std in stds.items():
+        noisy[blocks[name]] += rng.normal(0.0, std, len(blocks[name]))
     return noisy
 
 
-def check_plan(site: SiteConfig, plan: Plan, models: Mapping, options: Mapping) -> None:
-    """Refused unless the request is within this site's own public bounds and noise;
-    the checks read the request and the node config only, never the site's data."""
+def check_plan(
+    policy: Policy, plan: Plan, models: Mapping, options: Mapping, centre
+) -> tuple[dict, dict, int]:
+    """(the std of the noise this site adds to each block, each block's sensitivity, the
+    honest sites t - c whose noise any unmaskable sum holds) of a secure request, or
+    Refused. Reads the request and the policy only, never the data:
+    the ranges must hold this site's values and noise, the models and the centre must lie
+    in its ball, and the noise is its own policy's (``flower.policy``)."""
     from distrank.metrics.options import score_options
     from distrank.metrics.registry import METRICS, uses_kernel
 
-    if not site.feature_bound:
-        raise Refused("this site's node config sets no 'feature-bound'")
-    if plan.feature_bound < site.feature_bound or plan.max_rows < site.max_rows:
+    policy.allow("secure", plan.metrics)
+    if not policy.feature_bound:
+        raise Refused("this site's policy sets no 'feature-bound'")
+    if plan.feature_bound < policy.feature_bound or plan.max_rows < policy.max_rows:
         raise Refused(
             f"the plan's bounds (feature-bound {plan.feature_bound:g}, max-rows "
-            f"{plan.max_rows}) are below this site's ({site.feature_bound:g}, {site.max_rows})"
+            f"{plan.max_rows}) are below this site's ({policy.feature_bound:g}, {policy.max_rows})"
         )
     opts = score_options(dict(options) | {"metrics": plan.metrics})
     need = max(METRICS[m].needs(opts).client for m in plan.metrics)
-    if need > site.min_rows:
+    if need > policy.min_rows:
         raise Refused(f"the request needs {need} rows per site; this site's 'min-rows' is lower")
-    if tuple(models) != plan.models or any(
-        np.asarray(y).ndim != 2 or np.asarray(y).shape[1] != plan.dim for y in models.values()
-    ):
+    if tuple(models) != plan.models:
         raise Refused("the request's models do not match its plan")
-    for name, y in models.items():
-        if not np.all(np.linalg.norm(np.asarray(y, np.float64), axis=1) <= plan.feature_bound):
-            raise Refused(f"model {name!r} has a row above the plan's 'feature-bound'")
-    if uses_kernel(plan.metrics):
-        own = kernel_bound(opts.kernel, opts.kernel_params, plan.dim, plan.feature_bound)
-        if plan.kernel_bound < own:
-            raise Refused(f"the plan's kernel bound {plan.kernel_bound:g} is below {own:g}")
-    if site.noise_epsilon:
-        check_noise(site, plan)
-
-
-def check_noise(site: SiteConfig, plan: Plan) -> None:
-    """Refused unless every released block is noisy, with at least the noise this
-    site's (``noise-epsilon``, ``noise-delta``) calls for at the plan's threshold."""
-    from distrank.metrics.privacy import noise_multiplier
-
-    if any(not s.noisy for s in plan.sums().values()):
-        raise Refused(f"metrics {list(plan.metrics)}: this site releases only noisy sums")
-    z = noise_multiplier(epsilon=site.noise_epsilon, delta=site.noise_delta)
-    need = z * plan.sensitivity() / math.sqrt(plan.threshold)
-    if plan.noise_std < need * (1 - 1e-9):
-        raise Refused(f"the plan's noise std {plan.noise_std:g} is below this site's {need:g}")
-
-
-def spend(site: SiteConfig, plan: Plan, run: int) -> None:
-    """Record this run's release in the site's ledger; Refused past its budget."""
-    from distrank.flower.ledger import Ledger, run_multiplier
-
-    if not site.budget_epsilon:
-        return
-    ledger = Ledger(site.ledger, site.budget_epsilon, site.noise_delta)
-    z = run_multiplier(plan.noise_std, plan.threshold, plan.sensitivity())
-    try:
-        ledger.record(run, z, len(plan.models))
-    except ValueError as err:
-        raise Refused(str(err)) from None
-
-
-def check_own_data(site: SiteConfig, x: np.ndarray) -> None:
-    """The site's data within its own bounds (a fault of this site's config, the same
-    for every request)."""
-    norms = np.linalg.norm(np.asarray(x, np.float64), axis=1)
-    if not (site.min_rows <= len(x) <= site.max_rows and np.all(norms <= site.feature_bound)):
-        raise ValueError(
-            f"this site's {len(x)} rows (largest norm {float(norms.max(initial=0)):g}) are "
-            f"outside its own node config: min-rows {site.min_rows}, max-rows "
-            f"{site.max_rows}, feature-bound {site.feature_bound:g}"
+    bounds = policy.bounds(opts, plan.dim, models)
+    centre = np.asarray(centre)
+    if centre.shape != (plan.dim,) or not np.linalg.norm(centre) <= policy.feature_bound:
+        raise Refused(
+            f"the centre is no point of this site's ball (feature-bound {policy.feature_bound:g})"
         )
+    if uses_kernel(plan.metrics) and plan.kernel_bound < max(map(abs, bounds.kernel_range)):
+        raise Refused(f"the plan's kernel bound {plan.kernel_bound:g} is below this site's")
+    sens, share = plan.sensitivities(bounds, opts), policy.share(plan.threshold)
+    stds = policy.stds(sens, share=share) if policy.noisy else {}
+    room = dict(plan.room)
+    if narrow := [b for b, std in stds.items() if std > room.get(b, 0.0) * (1 + 1e-9)]:
+        raise Refused(f"the plan's ranges of blocks {narrow} hold less noise than this site adds")
+    return stds, sens, share
+
+
+def clip_to_ranges(vector: np.ndarray, plan: Plan) -> np.ndarray:
+    """Each entry within its block's range (a value never leaves it: rows are clipped and
+    the ranges hold 40 noise stds; this keeps even that tail from failing the release)."""
+    scales = entry_scales(plan)
+    return np.clip(vector, -scales, scales)
+
+
+def attestation(site: SiteConfig, context: Context, content: Mapping) -> ConfigRecord:
+    """What the site attests with its reply: the noise it added (block -> std, {} for
+    none), the policy it applied and the epsilon spent; signed with its long-term key
+    when it has one (``identity.Statement`` of kind "attest")."""
+    text = json.dumps(dict(content), sort_keys=True)
+    record = {"content": text}
+    if site.signing_key is not None and site.peers is not None:
+        identity = Identity.load(site.site, site.signing_key, site.peers)
+        said = Statement("attest", context.run_id, context.node_id, identity.site, (text,))
+        record["signed"] = identity.sign(said)
+    return ConfigRecord(record)
 
 
 def prepare(site: SiteConfig, content: RecordDict, context: Context) -> RecordDict:
     """Round 1 at a site: check the request, then compute, check and keep its encoded
     vector in ``context.state`` (it stays on the site); reply only the site id, whether
-    it adds its moments and the noise it enforces, or a category."""
+    it adds its moments and what it attests, or a category."""
     from distrank.features.cache import load_features
 
-    state, enforced = context.state, {}
+    state, policy = context.state, site.policy
     try:
         if (done := state.config_records.get(RUN)) and done["run"] == context.run_id:
             raise Refused(f"a second round-one query in run {context.run_id}")
@@ -233,22 +225,26 @@ def prepare(site: SiteConfig, content: RecordDict, context: Context) -> RecordDi
                 f"the request's masks come from {plan.generator!r}; this site's from "
                 f"{masks.GENERATOR!r} (installed: {masks.installed()})"
             )
-        check_plan(site, plan, models, options)
-        if plan.moments and not site.share_stats:
-            return encode_ready(site.site, moments=False)
         centre = content.array_records["centre"]["c"].numpy()
-        x = load_features(site.features)
-        check_own_data(site, x)
+        stds, sens, share = check_plan(policy, plan, models, options, centre)
+        if plan.moments and not policy.share_stats:
+            return encode_ready(site.site, moments=False)
+        x = policy.clip(load_features(site.features))
         vector = site_vector(x, models, options, plan, centre, site.device)
-        limbs = encode(add_noise(vector, plan, np.random.default_rng()), plan)
-        spend(site, plan, context.run_id)
-        enforced = {"noise-std": plan.noise_std, "noise-epsilon": site.noise_epsilon}
-        enforced |= {"noise-delta": site.noise_delta, "budget-epsilon": site.budget_epsilon}
+        limbs = encode(
+            clip_to_ranges(add_noise(vector, plan, stds, np.random.default_rng()), plan), plan
+        )
+        summed = {b: std * share**0.5 for b, std in stds.items()}  # the honest sites' noise
+        spent = policy.spend(
+            path="secure", run=context.run_id, stds=summed, sensitivities=sens, what=plan.metrics
+        )
+        said = {"path": "secure", "noise": stds, "threshold": plan.threshold, "spent": spent}
+        attested = attestation(site, context, said | policy.summary())
     except Exception as err:  # noqa: BLE001 -- every failure leaves as its category only
         return encode_ready(site.site, error=failure(err))
     state[STATE] = ArrayRecord({"limbs": Array(limbs)})
     state.config_records[RUN]["threshold"] = plan.threshold
-    return encode_ready(site.site, moments=bool(plan.moments), enforced=enforced)
+    return encode_ready(site.site, moments=bool(plan.moments), attested=attested)
 
 
 def share(site_id, msg: Message, state: RecordDict) -> RecordDict:
@@ -294,12 +290,12 @@ def policy_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
     identity = Identity.load(site.site, site.signing_key, site.peers)
     state = SecAggPlusState(**context.state.config_records.get(RECORD_KEY_STATE, {}))
     if stage == Stage.SHARE_KEYS:
-        check_sites(len(configs) - 1, state.threshold, site.min_sites)
+        check_sites(len(configs) - 1, state.threshold, site.policy.min_sites)
         if state.threshold != run["threshold"]:
             raise Refused(f"SecAgg+'s threshold {state.threshold} is not the plan's")
         check_keys(identity, configs, msg.content.config_records.get(KEYS, {}), context.run_id)
     elif stage == Stage.UNMASK:
-        least = max(run["threshold"], site.min_sites)
+        least = max(run["threshold"], site.policy.min_sites)
         check_unmask(configs[Key.ACTIVE_NODE_ID_LIST], configs[Key.DEAD_NODE_ID_LIST], least)
         views = msg.content.config_records.get(VIEWS, {})
         check_views(identity, state, configs, views, context.run_id)

@@ -132,6 +132,12 @@ class KD(Family):
         return np.stack(out)[:, None]
 
 
+def _kd_unit(bounds, options) -> float | None:
+    """The most n_i KD_i moves when one row is replaced: 4 (hi - lo) for the full-sample
+    estimators (module ``metrics.privacy``); random subsets are not bounded here."""
+    return None if options.kd_estimator == "subsets" else 4.0 * bounds.kernel_width
+
+
 KD_METRIC = Metric(
     "kd",
     "KD",
@@ -150,9 +156,10 @@ KD_METRIC = Metric(
             "use the unbiased or biased estimator"
         },
     },
-    # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball
-    # replacing a row moves n_i KD_i by at most 4 (metrics.privacy.SUM_SENSITIVITY)
-    secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, noisy=True, sensitivity=4.0),
+    # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball;
+    # replacing a row moves n_i KD_i by at most 4 (hi - lo), the kernel's range on the
+    # ball (4 for rbf/laplace: metrics.privacy.SUM_SENSITIVITY), for U and V statistics
+    secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, unit=_kd_unit),
     provided="the clients used weights n_i/n, one kernel (a bandwidth fixed for all), the "
     "same samples and a full-sample estimator",
     pooled_from="kernel sums across clients (its offset)",

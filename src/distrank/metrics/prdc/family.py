@@ -92,7 +92,9 @@ RECALL = _metric(
     consistent="exact: Recall_all = sum_i (n_i / n) Recall_i (the generated manifold ignores "
     "the clients)",
     breaks={"weights": {"uniform": "Recall_all = sum_i (n_i/n) Recall_i needs weights n_i/n"}},
-    secure=WeightedSum("recall", lambda plan: 1.0),
+    # n_i Recall_i counts the site's rows inside the models' k-NN balls (radii from the
+    # models alone): replacing a row moves it by at most 1
+    secure=WeightedSum("recall", lambda plan: 1.0, unit=lambda bounds, options: 1.0),
 )
 DENSITY = _metric(
     "density",

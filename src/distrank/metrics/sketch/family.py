@@ -65,10 +65,8 @@ class SketchSum(SecureSum):
     n_i sqrt(2 / D); replacing a row moves n_i s_i by at most 2 in L2 (``|phi| = 1``), for
     every model at once."""
 
-    noisy = True
-
-    def sensitivity(self, plan) -> float:
-        return 2.0
+    def sensitivity(self, plan, bounds, options) -> dict[str, float | None]:
+        return {"sketch": 2.0}
 
     def blocks(self, plan):
         return [("sketch", DIM, plan.max_rows * math.sqrt(2.0 / DIM))]
@@ -85,12 +83,12 @@ class SketchSum(SecureSum):
         shift = errors["sketch"] * math.sqrt(DIM) / n
         return {"all": (values, np.full(len(values), 4 * shift * n / (n - 1) + shift**2))}
 
-    def value_noise(self, plan, models, std: float):
-        """-2 t.eta, t the model's sketch: std ``2 |t| sigma`` (``|eta|^2`` shifts every model
-        alike)."""
+    def value_noise(self, plan, models, std: float, n: int, k: int):
+        """-2 t.eta, t the model's sketch and eta the pooled sketch's noise (std sigma =
+        ``std`` / n per entry): std ``2 |t| sigma`` (``|eta|^2`` shifts every model alike)."""
         fmap = plan_map(plan)
         return np.array(
-            [2 * np.linalg.norm(fmap.sketch(np.asarray(y)).mean) * std for y in models.values()]
+            [2 * np.linalg.norm(fmap.sketch(np.asarray(y)).mean) * std / n for y in models.values()]
         )
 
 
