@@ -114,9 +114,13 @@ class Policy:
     noise_kernels: tuple[str, ...] = ("rbf", "laplace")
     bandwidth: tuple[float, float] = (0.0, math.inf)
     colluders: int = 0
-    rows: str = "public"
+    rows: str = ""  # "" = "noise" under noise, else "public"
     budget: float = 0.0
     ledger: Path | None = field(default=None)
+
+    def __post_init__(self):
+        if not self.rows:
+            object.__setattr__(self, "rows", "noise" if self.epsilon else "public")
 
     @classmethod
     def from_config(cls, config: Mapping, source: str = "node config") -> Policy:
@@ -124,7 +128,7 @@ class Policy:
         names ``source`` and the key."""
         c = _Reader(config, source)
         epsilon, delta = c.number("noise-epsilon"), c.number("noise-delta")
-        rows = c.choice("rows", ROWS + ("",)) or ("noise" if epsilon else "public")
+        rows = c.choice("rows", ROWS + ("",))
         high = c.number("bandwidth-max")
         out = cls(
             metrics=c.names("release-metrics"),
