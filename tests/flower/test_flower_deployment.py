@@ -148,9 +148,11 @@ class Deployment(Loopback):
         self.link, *self.ports = free_ports(1 + len(SITES) + 1)
         home = root / "home-cli"
         home.mkdir()
+        address = f'address = "127.0.0.1:{self.link}"\n'
         (home / "config.toml").write_text(  # the connection of docs/flower.md's "Run"
-            f'[superlink.consortium]\naddress = "127.0.0.1:{self.link}"\n'
-            f'root-certificates = "{self.ca}"\n'
+            f'[superlink.consortium]\n{address}root-certificates = "{self.ca}"\n\n'
+            f"[superlink.untrusted]\n{address}\n"  # the system's CAs, not the test's
+            f"[superlink.plaintext]\n{address}insecure = true\n"
         )
         path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
         self.env = os.environ | QUIET | {"FLWR_HOME": str(home), "PATH": path}
@@ -338,6 +340,22 @@ def test_registered_supernodes_are_served_and_an_unregistered_one_is_not(deploym
     codes = [int(c) for c in re.findall(r"Exit Code: (\d+)", net.logs["mallory"].read_text())]
     assert mallory == 1 and codes == [ExitCode.SUPERNODE_CONNECTION_ERROR], net.tail("mallory")
     assert online == dict.fromkeys(nodes.values(), "online"), net.tail("superlink")
+
+
+def test_the_superlink_answers_only_tls_checked_against_its_ca(deployment):
+    net, *_ = deployment
+    with ThreadPoolExecutor(2) as pool:
+        answers = dict(
+            zip(
+                ("untrusted", "plaintext"),
+                pool.map(lambda c: net.flwr("ls", c), ("untrusted", "plaintext")),
+            )
+        )
+    assert {c: a["success"] for c, a in answers.items()} == {
+        "untrusted": False,
+        "plaintext": False,
+    }, answers
+    assert net.flwr("ls", "consortium")["success"]
 
 
 def scored(out: Path, reference, models, metric: str) -> pd.DataFrame:
