@@ -336,6 +336,9 @@ def runs(deployment):
 
 
 def test_registered_supernodes_are_served_and_an_unregistered_one_is_not(deployment):
+    """The three registered keys' nodes are online; the fourth SuperNode is refused at
+    activation and exits (Flower logs its exit code 305, the process exits 1) without
+    ever being listed."""
     net, _, nodes, mallory, online = deployment
     codes = [int(c) for c in re.findall(r"Exit Code: (\d+)", net.logs["mallory"].read_text())]
     assert mallory == 1 and codes == [ExitCode.SUPERNODE_CONNECTION_ERROR], net.tail("mallory")
@@ -343,6 +346,8 @@ def test_registered_supernodes_are_served_and_an_unregistered_one_is_not(deploym
 
 
 def test_the_superlink_answers_only_tls_checked_against_its_ca(deployment):
+    """``flwr`` reaches it with the test's CA only: not with the system's CAs, not in
+    plaintext (``insecure = true``)."""
     net, *_ = deployment
     with ThreadPoolExecutor(2) as pool:
         answers = dict(
