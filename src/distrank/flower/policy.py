@@ -186,14 +186,15 @@ class Policy:
         from distrank.metrics.kernels import make_kernel
         from distrank.metrics.registry import uses_kernel
 
+        radius = self.feature_bound  # the ball of the site's rows and the models'
         for name, y in models.items():
             y = np.asarray(y)
             if y.ndim != 2 or y.shape[1] != dim or not np.isfinite(y).all():
                 raise Refused(f"model {name!r}: expected finite (m, {dim}) features")
-            if self.feature_bound and np.linalg.norm(y, axis=1).max(initial=0) > (
-                self.feature_bound
-            ):
+            largest = float(np.linalg.norm(np.asarray(y, np.float64), axis=1).max(initial=0))
+            if self.feature_bound and largest > self.feature_bound * (1 + 1e-9):  # rounding
                 raise Refused(f"model {name!r} has a row above this site's 'feature-bound'")
+            radius = max(radius, largest)
         if not uses_kernel(options.metrics):
             return Bounds(self.feature_bound, self.min_rows)
         kernel = make_kernel(options.kernel, options.kernel_params, dim)
@@ -209,7 +210,7 @@ class Policy:
                 )
             if kernel.name not in ("rbf", "laplace") and not self.feature_bound:
                 raise Refused(f"kernel {kernel.name!r} is unbounded without a 'feature-bound'")
-        return Bounds(self.feature_bound, self.min_rows, kernel.range(self.feature_bound))
+        return Bounds(self.feature_bound, self.min_rows, kernel.range(radius))
 
     # -- the noise the site adds ----------------------------------------------------------
 
@@ -255,9 +256,9 @@ class Policy:
         if not over.any():
             return x
         x = np.array(x, dtype=np.result_type(x.dtype, np.float32))
-        x[over] *= (self.feature_bound / norms[over])[:, None].astype(x.dtype)
-        # float rounding may leave a scaled row a hair above the bound
-        x[over] *= np.minimum(1.0, self.feature_bound / np.linalg.norm(x[over], axis=1))[:, None]
+        # a hair inside the bound, so that rounding leaves no scaled row above it
+        shrink = 1 - 4 * np.finfo(x.dtype).eps
+        x[over] *= (self.feature_bound / norms[over] * shrink)[:, None].astype(x.dtype)
         return x
 
     # -- the ledger ---------------------------------------------------------------------

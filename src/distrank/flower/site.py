@@ -55,24 +55,10 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
     the policy, before the data is read (:mod:`distrank.flower.policy`)."""
     from distrank.features.cache import load_features
     from distrank.metrics import score_client
-    from distrank.metrics.options import score_options
-    from distrank.metrics.sketch.family import SketchSum
 
     policy = site.policy
     try:
-        models, options, want_stats = decode_request(request)
-        opts = score_options(options)
-        sketching = list(opts.metrics) == ["kd_sketch"] and not models  # sketch mode
-        path = "sketch" if sketching else "scores"
-        policy.allow(path, opts.metrics)
-        dim = next(iter(models.values())).shape[1] if models else 1
-        bounds = policy.bounds(opts, dim, models)
-        if not policy.noisy:
-            sens = {}
-        elif sketching:
-            sens = SketchSum().sensitivity(None, bounds, opts)
-        else:
-            sens = plain_sensitivities(opts, bounds, models)
+        models, opts, want_stats, path, sens = check_plain(policy, request)
         stds = policy.stds(sens)
         spent = policy.spend(path=path, run=run, stds=stds, sensitivities=sens, what=opts.metrics)
         x = policy.clip(load_features(site.features))
@@ -80,7 +66,7 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
         n = released_rows(len(x), stds, rng)
         said = {"path": path, "noise": stds, "spent": spent} | policy.summary()
         attested = attestation(site, run, node, said)
-        if sketching:
+        if path == "sketch":
             reply = encode_sketch_reply(site.site, site_sketch(x, opts, stds, n, rng))
             reply["attested"] = attested
             return reply
@@ -98,6 +84,30 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
     reply = encode_reply(site.site, n, scores, stats)
     reply["attested"] = attested
     return reply
+
+
+def check_plain(policy, request: RecordDict):
+    """(models, options, want_stats, path, block -> sensitivity ({} without noise)) of a
+    plain request, from the request and the policy only; Refused or ValueError."""
+    from distrank.metrics.options import score_options
+    from distrank.metrics.sketch.family import SketchSum
+
+    models, options, want_stats = decode_request(request)
+    opts = score_options(options)
+    sketching = list(opts.metrics) == ["kd_sketch"] and not models  # sketch mode
+    path = "sketch" if sketching else "scores"
+    policy.allow(path, opts.metrics)
+    if sketching and (opts.kernel != "rbf" or "bandwidth" not in (opts.kernel_params or {})):
+        raise ValueError("sketch mode: needs kernel rbf and a public 'bandwidth' (kernel-params)")
+    dim = next(iter(models.values())).shape[1] if models else 1
+    bounds = policy.bounds(opts, dim, models)
+    if not policy.noisy:
+        sens = {}
+    elif sketching:
+        sens = SketchSum().sensitivity(None, bounds, opts)
+    else:
+        sens = plain_sensitivities(opts, bounds, models)
+    return models, opts, want_stats, path, sens
 
 
 def plain_sensitivities(opts, bounds, models) -> dict:
@@ -128,8 +138,6 @@ def site_sketch(x, opts, stds, n: int, rng):
     from distrank.metrics.sketch.family import feature_map
     from distrank.metrics.sketch.maps import Sketch
 
-    if opts.kernel != "rbf" or "bandwidth" not in (opts.kernel_params or {}):
-        raise ValueError("sketch mode: needs kernel rbf and a public 'bandwidth' (kernel-params)")
     made = feature_map(opts, x.shape[1]).sketch(x)
     if not stds:
         return made

@@ -172,7 +172,8 @@ def check_plan(
         raise Refused(
             f"the centre is no point of this site's ball (feature-bound {policy.feature_bound:g})"
         )
-    if uses_kernel(plan.metrics) and plan.kernel_bound < max(map(abs, bounds.kernel_range)):
+    own = max(map(abs, bounds.kernel_range))  # its range's power of two has room for rounding
+    if uses_kernel(plan.metrics) and plan.kernel_bound < own * (1 - 1e-9):
         raise Refused(f"the plan's kernel bound {plan.kernel_bound:g} is below this site's")
     sens, share = plan.sensitivities(bounds, opts), policy.share(plan.threshold)
     stds = policy.stds(sens, share=share) if policy.noisy else {}
