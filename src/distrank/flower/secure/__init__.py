@@ -10,7 +10,7 @@ the site), the vector
      S1_i = sum_rows (x - c),  upper triangle of S2_i = sum_rows (x - c)(x - c)^T]
 
 (w_i = n_i for ``weights = "size"``, 1 for ``"uniform"``; the FD part only when FD is
-requested, and every site allows it: node config ``share-stats``; c is a public
+requested, and every site allows it: policy ``share-stats``; c is a public
 centre, the mean of all generated rows, against cancellation). The server unmasks
 only the sum over the sites and writes
 
@@ -31,9 +31,10 @@ server: :mod:`~distrank.flower.secure.server`; FD's bound:
 ``metrics.fd.frechet.fd_bound``. Masks come from SHAKE-256 of the whole shared secret
 (:mod:`distrank.flower.masks`), not from Flower 1.42's 32-bit fold.
 
-Optional distributed noise (``noise-epsilon`` > 0, with ``noise-delta``): each site adds
-N(0, sigma^2 / t) to its n_i KD_i, so the released KD_avg is (epsilon, delta)-DP
-against any sum the server can unmask (``metrics.privacy.DistributedNoise``).
+Noise is each site's own (its release policy, :mod:`distrank.flower.policy`): a site
+of (epsilon, delta) and ``colluders`` c adds a 1 / (t - c) share of each block's
+variance, calibrated for the block's sensitivity under the request, so every sum the
+server can unmask is (epsilon, delta)-DP for its rows while at most c sites collude.
 
 Threat model: ``docs/flower.md`` (who learns what, per mode).
 """
