@@ -8,6 +8,14 @@ complete, cover exactly the sites whose vectors arrived, name them in its
 ``.meta.json`` and equal ``distrank score`` over them within the written bounds.
 
     .venv/bin/python bench/bench_flower.py            # 10 sites (~3-5 min on 2 cores)
+    .venv/bin/python bench/bench_flower.py --policy   # the release policy's cost (~1 min)
+
+``--policy`` runs the real ServerApp and ClientApp code in one process (the secure
+harness of ``tests/flower/secure_run.py``: SecAgg+ over in-process messages) over the
+same sites, a secure KD + Recall run with the sites' policies adding no noise against
+the same run with noise (epsilon 1) and a ledger, rounds alternating; and reports what
+the policy adds to a site's round-1 reply (the signed attestation: bytes, signing time)
+and to its work (the policy check, the ledger's locked, fsynced append).
 """
 
 from __future__ import annotations
@@ -60,8 +68,13 @@ def main() -> None:
     p.add_argument("--sites", type=int, default=10)
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--timeout", type=float, default=90.0)
+    p.add_argument("--policy", action="store_true", help="the release policy's cost, in-process")
+    p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     sites, models = federation(args.sites, args.dim)
+    if args.policy:
+        policy_cost(sites, models, args.rounds)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         peers = pin_keys(root, sites)  # each site's long-term key, pinned by all
@@ -125,6 +138,80 @@ def check(out: Path, sites: dict, models: dict, kept: list[str]) -> None:
     print(
         f"the sums cover {kept}; max |secure - plain| / bound = {(error / merged.bound).max():.3g}"
     )
+
+
+def policy_cost(sites: dict, models: dict, rounds: int) -> None:
+    """Median wall of a secure run without and with the sites' noise and ledger, and the
+    parts the policy adds (module doc)."""
+    import statistics
+
+    from flwr.supercore.task_identity import TaskIdentity
+    from secure_run import run, secure_setup
+
+    for attr in ("_run_id", "_node_id", "_task_id"):  # as a ServerApp process has them
+        setattr(TaskIdentity, attr, 1)
+    noise = {"noise-epsilon": 1.0, "noise-delta": 1e-5}
+    run_config = {"metrics": "kd,recall", "kernel": "rbf", "kernel-params": "bandwidth=4"}
+    walls: dict[str, list[float]] = {"no noise": [], "noise + ledger": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for name, node in (("no noise", {}), ("noise + ledger", noise)):
+                root = Path(tmp) / f"{name}{r}"
+                root.mkdir()
+                node = node | ({"ledger": str(root / "site.ledger")} if node else {})
+                grid, config = secure_setup(
+                    root, sites, models, node=node, **run_config, **noise, timeout=60.0
+                )
+                start = time.perf_counter()
+                run(grid, config)
+                walls[name].append(time.perf_counter() - start)
+        parts = policy_parts(grid, Path(tmp))
+    plain, noisy = (statistics.median(v) for v in walls.values())
+    print(
+        f"\n{len(sites)} sites in one process, d = {next(iter(sites.values())).shape[1]}, "
+        f"{len(models)} models, {rounds} rounds each"
+    )
+    print("| | value |\n|---|---:|")
+    print(f"| secure run, sites add no noise (median s) | {plain:.2f} |")
+    print(f"| secure run, noise and a ledger (median s) | {noisy:.2f} |")
+    print(f"| ratio | {noisy / plain:.2f} |")
+    for what, value in parts.items():
+        print(f"| {what} | {value} |")
+
+
+def policy_parts(grid, tmp: Path) -> dict[str, str]:
+    """What the policy adds to a site's round-1 reply and work, from ``grid``'s last run."""
+    from flwr.app import Context, RecordDict
+    from flwr.common.serde import recorddict_to_proto
+
+    from distrank.flower.ledger import Ledger
+    from distrank.flower.node import SiteConfig
+    from distrank.flower.secure import site as secure_site
+
+    reply = next(m for stage, m in grid.received if stage == "query").content
+    attested = reply.config_records["attested"]
+    with_record = len(recorddict_to_proto(reply).SerializeToString())
+    del reply.config_records["attested"]
+    without = len(recorddict_to_proto(reply).SerializeToString())
+    site = SiteConfig.from_node_config(next(iter(grid.contexts.values())).node_config)
+    context = Context(1, 100, {}, RecordDict(), {})
+    content = {"path": "secure", "noise": {"kd": 1.0}} | site.policy.summary()
+    start = time.perf_counter()
+    for _ in range(200):
+        secure_site.attestation(site, context, content)
+    sign = (time.perf_counter() - start) / 200
+    ledger = Ledger(tmp / "bench.ledger", float("inf"), 1e-5)
+    start = time.perf_counter()
+    for i in range(200):
+        ledger.record(i, 10.0, path="secure")
+    spend = (time.perf_counter() - start) / 200
+    return {
+        "round-1 reply bytes without / with the signed attestation": f"{without} / {with_record}",
+        "attestation: content, signature bytes": f"{len(attested['content'])}, "
+        f"{len(attested['signed'][1])}",
+        "attestation (load the key, sign) per reply": f"{sign * 1e3:.2f} ms",
+        "ledger spend (lock, check, append, fsync)": f"{spend * 1e3:.2f} ms",
+    }
 
 
 if __name__ == "__main__":
