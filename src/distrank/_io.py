@@ -67,6 +67,14 @@ def output_path(stem: str | os.PathLike[str], suffix: str) -> Path:
     return Path(f"{os.fspath(stem)}{suffix}")
 
 
+def user_cache_dir(*parts: str) -> Path:
+    """The user's distrank cache folder, ``parts`` joined below it: ``$XDG_CACHE_HOME/distrank``,
+    else ``~/.cache/distrank`` (the feature cache and the network weights live here, never in
+    the current folder)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base, "distrank", *parts)
+
+
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     """Hex digest of a file's bytes (``sha256`` unless told), read in chunks."""
     with open(path, "rb") as handle:

@@ -237,7 +237,9 @@ def test_distrank_extract_on_a_folder_with_no_weights_directory(
     for i, image in enumerate(images[8:12, :, :, 0]):
         Image.fromarray(image).save(folder / f"{i}.png")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DISTRANK_WEIGHTS_DIR", raising=False)
+    for name in ("DISTRANK_WEIGHTS_DIR", "DISTRANK_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the export goes there
     monkeypatch.setenv("DISTRANK_OFFLINE", "1")
     out = tmp_path / "features.npz"
     assert main(["extract", str(folder), "--extractor", "inception", "--out", str(out), "-q"]) == 0

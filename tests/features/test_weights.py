@@ -39,8 +39,10 @@ def source(tmp_path):
 
 
 def test_weights_dir_precedence(monkeypatch, tmp_path):
-    monkeypatch.delenv("DISTRANK_WEIGHTS_DIR", raising=False)
-    assert str(weights_dir()) == "resources/weights"
+    for name in ("DISTRANK_WEIGHTS_DIR", "DISTRANK_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert weights_dir() == tmp_path / "xdg" / "distrank" / "weights"  # test_user_cache: more
     monkeypatch.setenv("DISTRANK_WEIGHTS_DIR", str(tmp_path / "env"))
     assert weights_dir() == tmp_path / "env"
     assert weights_dir(tmp_path / "arg") == tmp_path / "arg"

@@ -97,8 +97,9 @@ def get_extractor(
     device : torch device for the torch backend; None picks CUDA when
         available, else CPU.
     cache_dir : the weights directory: downloaded weights and the ONNX export
-        live here. None means ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``
-        (see :func:`distrank.features.weights.weights_dir`).
+        live here. None means ``$DISTRANK_WEIGHTS_DIR``, else
+        ``$DISTRANK_CACHE_DIR/weights``, else the user's cache
+        (``~/.cache/distrank/weights``; see :func:`distrank.features.weights.weights_dir`).
     kwargs : extractor-specific options (e.g. ``num_threads`` for onnx,
         ``offline`` for weights downloads).
     """
@@ -115,13 +116,17 @@ def get_extractor(
 
 def extractor_from_config(features: dict, *, device=None, threads: int = 1) -> Extractor:
     """The extractor of a study config's ``features`` section (``extractor``,
-    ``backend``, ``weights_dir``), with ``threads`` onnxruntime threads."""
+    ``backend``, ``weights_dir``: null is ``$DISTRANK_WEIGHTS_DIR``, else the study's
+    ``resources/weights``, :func:`~distrank.features.weights.study_weights_dir`), with
+    ``threads`` onnxruntime threads."""
+    from .weights import study_weights_dir
+
     options = {"num_threads": threads} if features["backend"] == "onnx" else {}
     return get_extractor(
         features["extractor"],
         backend=features["backend"],
         device=device,
-        cache_dir=features["weights_dir"],
+        cache_dir=study_weights_dir(features.get("weights_dir")),
         **options,
     )
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import InputError
-from distrank._io import atomic_open, file_digest, text_digest
+from distrank._io import atomic_open, file_digest, text_digest, user_cache_dir
 from distrank._progress import progress
 
 __all__ = [
@@ -367,5 +367,4 @@ def default_cache_dir() -> Path:
     """``$DISTRANK_CACHE_DIR``, else ``$XDG_CACHE_HOME/distrank/features`` (``~/.cache``)."""
     if os.environ.get(ENV_CACHE_DIR):
         return Path(os.environ[ENV_CACHE_DIR])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "distrank" / "features"
+    return user_cache_dir("features")

@@ -4,11 +4,14 @@ Lookup order for a :class:`WeightsFile`:
 
 1. ``<weights_dir>/<filename>`` (or one of its ``aliases``), where the weights
    directory is the ``weights_dir`` argument (the pipeline passes its config
-   key), else ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``;
+   key, else ``resources/weights``: :func:`study_weights_dir`), else
+   ``$DISTRANK_WEIGHTS_DIR``, else ``$DISTRANK_CACHE_DIR/weights``, else the user's cache,
+   ``$XDG_CACHE_HOME/distrank/weights`` (``~/.cache/distrank/weights``): never the
+   current folder, so a download or an ONNX export lands in one place wherever it runs;
 2. otherwise a download with :func:`distrank.data.download.fetch` to that
    directory, verified by the published sha256 when there is one (Inception),
    else by the sha256 recorded in the checksum lock file on first download
-   (DINOv2: Meta publishes no checksum).
+   (DINOv2: Meta publishes no checksum; :func:`default_lockfile`).
 
 Offline (``offline=True`` or ``DISTRANK_OFFLINE=1``) a missing file fails at
 once with a message that names the file, its URL and the directory to put it in.
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from distrank._io import file_digest
+from distrank._io import file_digest, user_cache_dir
 
 __all__ = [
     "WEIGHTS",
@@ -48,14 +51,18 @@ __all__ = [
     "find_weights",
     "load_state_dict",
     "resolve_weights",
+    "default_lockfile",
     "weights_mismatch",
+    "study_weights_dir",
     "weights_dir",
     "wheel_file",
 ]
 
 ENV_WEIGHTS_DIR = "DISTRANK_WEIGHTS_DIR"
 ENV_OFFLINE = "DISTRANK_OFFLINE"
-DEFAULT_WEIGHTS_DIR = "resources/weights"
+ENV_CACHE_DIR = "DISTRANK_CACHE_DIR"  # the feature cache's; weights go to its weights/
+#: the pipeline's weights folder (relative to the workflow's root) when its config names none
+STUDY_WEIGHTS_DIR = "resources/weights"
 DEFAULT_LOCKFILE = "resources/checksums.lock"
 
 
@@ -138,10 +145,35 @@ WEIGHTS: dict[str, WeightsFile] = {
 
 
 def weights_dir(path: str | os.PathLike | None = None) -> Path:
-    """The weights directory: ``path``, else ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights``."""
+    """The weights directory: ``path``, else ``$DISTRANK_WEIGHTS_DIR``, else
+    ``$DISTRANK_CACHE_DIR/weights``, else ``$XDG_CACHE_HOME/distrank/weights``
+    (``~/.cache/distrank/weights``)."""
     if path is not None:
         return Path(path)
-    return Path(os.environ.get(ENV_WEIGHTS_DIR) or DEFAULT_WEIGHTS_DIR)
+    if os.environ.get(ENV_WEIGHTS_DIR):
+        return Path(os.environ[ENV_WEIGHTS_DIR])
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR]) / "weights"
+    return user_cache_dir("weights")
+
+
+def study_weights_dir(configured: str | os.PathLike | None) -> Path:
+    """A study's weights folder: its config's ``features.weights_dir``, else
+    ``$DISTRANK_WEIGHTS_DIR``, else ``resources/weights`` beside the workflow (the
+    pipeline keeps its weights and exports with its other resources, not in the user's
+    cache)."""
+    return Path(configured or os.environ.get(ENV_WEIGHTS_DIR) or STUDY_WEIGHTS_DIR)
+
+
+def default_lockfile(directory: str | os.PathLike) -> Path:
+    """Where a download without a published digest records its sha256 on first use: the
+    study's ``resources/checksums.lock`` for its ``resources/weights``, else
+    ``checksums.lock`` inside the weights folder (so nothing is written to the current
+    folder)."""
+    directory = Path(directory)
+    if directory.resolve() == Path(STUDY_WEIGHTS_DIR).resolve():
+        return Path(DEFAULT_LOCKFILE)
+    return directory / "checksums.lock"
 
 
 def _offline_from_env() -> bool:
@@ -157,8 +189,8 @@ def resolve_weights(
 ) -> Path:
     """Path of a verified local copy of ``spec`` (see the module docstring).
 
-    ``directory`` None means :func:`weights_dir`'s default; ``offline`` None reads ``$DISTRANK_OFFLINE``; ``lockfile`` None means
-    ``resources/checksums.lock``.
+    ``directory`` None means :func:`weights_dir`'s default; ``offline`` None reads
+    ``$DISTRANK_OFFLINE``; ``lockfile`` None means :func:`default_lockfile`.
     """
     directory = weights_dir(directory)
     found = find_weights(spec, directory)
@@ -183,7 +215,7 @@ def resolve_weights(
             dest,
             sha256=spec.sha256,
             size=spec.size,
-            lockfile=None if spec.sha256 else Path(lockfile or DEFAULT_LOCKFILE),
+            lockfile=None if spec.sha256 else Path(lockfile or default_lockfile(directory)),
         )
     except DownloadError as err:
         raise WeightsNotFoundError(f"could not download {spec.url} ({err}); {where}") from err
