@@ -10,13 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from experiments_testkit import clustered_clients, fd_scipy
-from scipy import linalg
+from scipy import linalg, stats
 
 from distrank.clients import save_manifest
 from distrank.experiments import Job, Outputs, run_rule
 from distrank.experiments.e9_private_ranking import e9_table
 from distrank.experiments.e11_private_sketches import (
+    LEVELS,
     bytes_per_site,
+    calibration,
     check,
     clip_rows,
     e11_table,
@@ -126,15 +128,15 @@ def fd_arrays(n_models):
 @pytest.fixture(scope="module")
 def e11():
     inputs = sketch_inputs(np.random.default_rng(5))
-    table, flips = e11_table(inputs, fd_arrays(5), SETTINGS, CONTEXT)
-    return inputs, table, flips
+    table, flips, calibrated = e11_table(inputs, fd_arrays(5), SETTINGS, CONTEXT)
+    return inputs, table, flips, calibrated
 
 
 def test_flip_rates_and_noise_have_their_closed_forms(e11):
     """Each adjacent pair swaps with probability Phi(-g / (2 sigma |v|)), measured within
     4 binomial standard errors; sigma from dp-accounting's calibration: local, sqrt(sum_i
     (n_i z 2/n_i)^2) / n; secure, 2 z sqrt(k / t) / n, t a majority."""
-    inputs, table, flips = e11
+    inputs, table, flips, _ = e11
     n, k = inputs["client_sizes"].sum(), len(inputs["client_sizes"])
     for row in flips.itertuples():
         z = dp_accounting.get_sigma_gaussian(row.epsilon, 1e-5)
@@ -151,10 +153,58 @@ def test_flip_rates_and_noise_have_their_closed_forms(e11):
     assert flip_probability(0.0, 1.0, 1.0) == 0.5
 
 
+def test_calibration_of_gaussian_gaps_has_its_closed_forms():
+    """On 20000 synthetic N(g, s^2) gaps: coverage within 4 binomial standard errors of the
+    nominal level, z from scipy's normal quantile, P(resolved) = Phi(g/s - z) + Phi(-g/s - z)
+    and P(resolved the wrong way) = Phi(-|g|/s - z), each within 4 standard errors; a
+    direct recount agrees exactly."""
+    rng, n = np.random.default_rng(49), 20_000
+    gap, std = np.array([0.0, 0.3, -1.0, 2.5]), np.array([1.0, 0.2, 0.7, 0.5])
+    draws = gap + std * rng.standard_normal((n, 4))
+    got = calibration(draws, gap, std)
+    assert got["coverage"].shape == (len(LEVELS), 4)
+    for i, c in enumerate(LEVELS):
+        z = stats.norm.ppf(0.5 + c / 2)
+        assert got["z"][i, 0] == pytest.approx(z, rel=1e-12)
+        se = math.sqrt(c * (1 - c) / n)
+        np.testing.assert_allclose(got["coverage_se"][i], se, rtol=1e-12)
+        np.testing.assert_array_less(np.abs(got["coverage"][i] - c), 4 * se)
+        recount = (np.abs(draws - gap) <= z * std).mean(0)
+        np.testing.assert_array_equal(got["coverage"][i], recount)
+        np.testing.assert_allclose(got["coverage_z"][i], (recount - c) / se, rtol=1e-12)
+        r = gap / std
+        resolved = stats.norm.cdf(r - z) + stats.norm.cdf(-r - z)
+        wrong = np.where(gap == 0, resolved, stats.norm.cdf(-np.abs(r) - z))
+        for measured, p in ((got["p_resolved"][i], resolved), (got["p_resolved_wrong"][i], wrong)):
+            np.testing.assert_array_less(np.abs(measured - p), 4 * np.sqrt(p * (1 - p) / n) + 1e-9)
+        assert np.all(got["p_resolved_wrong"][i, 1:] <= (1 - c) / 2 + 4 * se)
+    with pytest.raises(ValueError, match=r"^levels: expected numbers strictly between 0 and 1"):
+        calibration(draws, gap, std, levels=[0.5, 1.0])
+    with pytest.raises(ValueError, match=r"^gap_std: expected positive numbers"):
+        calibration(draws, gap, [1.0, 0.0, 1.0, 1.0])
+
+
+def test_calibration_table_of_the_sketch_draws(e11):
+    """Each adjacent pair's noisy-gap interval covers the noiseless sketch gap at its nominal
+    level within 4 binomial standard errors (3000 draws); its noise std is 2 sigma |v|
+    of the flips table; the rows are pairs x levels for each protocol and epsilon."""
+    _, _, flips, calibrated = e11
+    assert len(calibrated) == len(flips) * len(LEVELS)
+    keys = ["protocol", "epsilon", "rank"]
+    both = calibrated.merge(flips, on=keys, suffixes=("", "_flip"), validate="many_to_one")
+    np.testing.assert_allclose(both.gap_std, 2 * both.noise_std * both.diff_norm, rtol=1e-12)
+    np.testing.assert_allclose(both.sketch_gap, both.sketch_gap_flip, rtol=0)
+    assert (both.pair == both.pair_flip).all() and (both.n_draws == 3000).all()
+    se = np.sqrt(both.level * (1 - both.level) / 3000)
+    np.testing.assert_allclose(both.coverage_se, se, rtol=1e-12)
+    assert (np.abs(both.coverage - both.level) < 4 * se).all()
+    assert (both.p_resolved_wrong <= (1 - both.level) / 2 + 4 * se).all()
+
+
 def test_private_rows_against_the_exact_ranking(e11):
     """Whole-ranking and tau agree with a direct recount; the no-noise rows measure the
     sketch KD's error; E9's rows are e9_table's, their std that of KD_avg."""
-    inputs, table, _ = e11
+    inputs, table, _, _ = e11
     exact = table[table.group == "no noise"]
     assert list(exact.dim) == [64, 256] and (exact.rel_error > 0).all()
     assert set(table[table.group == "private KD"].protocol) == {"scores", "sketch", "secure_sketch"}
@@ -268,12 +318,15 @@ def test_files_to_outputs(tmp_path):
     with np.load(files["fd"]) as f:
         assert f["fd_noisy"].shape == (1, 2, 3) and (f["fd_all"] > 0).all()
     out = run(files, settings, {"seed": 0, "metrics": CONTEXT["metrics"]})
-    assert (
-        isinstance(out, Outputs) and set(out.tables) == {"", "_flips"} and set(out.figures) == {""}
-    )
+    assert isinstance(out, Outputs) and set(out.figures) == {""}
+    assert set(out.tables) == {"", "_flips", "_calibration"}
     table = out.tables[""]
     assert isinstance(table, pd.DataFrame) and len(table) == 2 + 3 * 2 + 2
     assert len(out.tables["_flips"]) == 2 * 2 * 2
+    calibrated = out.tables["_calibration"]
+    assert len(calibrated) == 2 * 2 * 2 * len(LEVELS)
+    assert list(calibrated.level[: len(LEVELS)]) == list(LEVELS)
+    assert ((calibrated.coverage >= 0) & (calibrated.coverage <= 1)).all()
     fig = out.figures[""]
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 4 and all(ax.get_xlabel() for ax in axes)

@@ -33,6 +33,16 @@ v \sim \mathcal N(g, 4\sigma^2\|v\|^2)`, so exactly
     P(\text{a and b swap}) = \Phi\big(-g / (2\sigma\|v\|)\big)
 
 (:func:`flip_probability`; g < 0 when the sketch itself swaps them).
+
+**Calibration.** The gap's noise std :math:`2\sigma\|v\|` is known to the server (σ from
+the sites' budgets, v from the models' sketches), so each gap comes with an interval
+:math:`\tilde g \pm z_c\, 2\sigma\|v\|`, :math:`z_c = \Phi^{-1}((1 + c)/2)`, of nominal
+level c, and a pair is *resolved at level c* when :math:`|\tilde g| > z_c\, 2\sigma\|v\|`
+(then it is ordered against the noiseless sketch with probability at most (1 - c)/2).
+:func:`calibration` measures, per adjacent pair, protocol, epsilon and level of
+:data:`LEVELS`, the interval's coverage of the noiseless gap over the draws, its binomial
+standard error at the nominal level, and how often the pair is resolved, and resolved the
+wrong way (the ``_calibration`` table).
 """
 
 from __future__ import annotations
@@ -52,8 +62,9 @@ from distrank.metrics.ranking import tau_b
 
 __all__ = ["check", "run", "sketch_scores", "agreement", "flip_probability", "bytes_per_site"]
 __all__ += ["clip_rows", "moment_sensitivity", "fd_from_moments", "e11_table", "e11_figure"]
+__all__ += ["calibration", "LEVELS"]
 
-TABLES = ("", "_flips")
+TABLES = ("", "_flips", "_calibration")
 #: protocol -> how the figure names it
 PROTOCOLS = {
     "scores": "per-score release (E9)",
@@ -66,6 +77,11 @@ COLUMNS += ["p_same_ranking", "p_low", "p_high", "p_same_best", "mean_kendall_ta
 COLUMNS += ["std_kendall_tau", "bytes_up", "bytes_down", "bandwidth", "clip_norm"]
 FLIP_COLUMNS = ["protocol", "epsilon", "rank", "pair", "kd_gap", "sketch_gap", "diff_norm"]
 FLIP_COLUMNS += ["noise_std", "p_flip_predicted", "p_flip_measured", "n_draws"]
+#: nominal levels of the calibration table
+LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+CALIBRATION_COLUMNS = ["protocol", "epsilon", "rank", "pair", "level", "z", "sketch_gap"]
+CALIBRATION_COLUMNS += ["gap_std", "coverage", "coverage_se", "coverage_z", "p_resolved"]
+CALIBRATION_COLUMNS += ["p_resolved_wrong", "n_draws"]
 
 
 def check(settings: Mapping, config: Mapping) -> None:
@@ -115,6 +131,45 @@ def flip_probability(gap, diff_norm, noise_std):
     from scipy.special import ndtr
 
     return ndtr(-np.asarray(gap) / (2.0 * np.asarray(noise_std) * np.asarray(diff_norm)))
+
+
+def calibration(noisy_gaps, gap, gap_std, levels: Sequence[float] = LEVELS) -> dict:
+    """How the intervals ``noisy gap +- z_c gap_std`` (``z_c = Phi^-1((1 + c) / 2)``) of
+    draws ``noisy_gaps`` (n, P) of P gaps, each ~ N(``gap``, ``gap_std``^2), measure up
+    to each nominal level c of ``levels``: arrays (L, P) of ``level``, ``z``,
+    ``coverage`` (the fraction of draws whose interval holds the noiseless ``gap``),
+    ``coverage_se`` (the binomial standard error at the nominal level, sqrt(c (1 - c) / n)),
+    ``coverage_z`` ((coverage - c) / coverage_se), ``p_resolved`` (``|noisy gap| > z_c
+    gap_std``) and ``p_resolved_wrong`` (resolved with the sign opposite to ``gap``'s: at
+    most (1 - c) / 2)."""
+    from scipy.special import ndtri
+
+    draws = np.atleast_2d(np.asarray(noisy_gaps, np.float64))
+    gap = np.broadcast_to(np.asarray(gap, np.float64), draws.shape[1:])
+    std = np.broadcast_to(np.asarray(gap_std, np.float64), draws.shape[1:])
+    level = np.asarray(levels, np.float64)
+    if level.ndim != 1 or not np.all((level > 0) & (level < 1)):
+        raise ValueError(f"levels: expected numbers strictly between 0 and 1, got {levels!r}")
+    if not np.all(np.isfinite(std) & (std > 0)):
+        raise ValueError(f"gap_std: expected positive numbers, got {np.asarray(gap_std)!r}")
+    n = len(draws)
+    z = ndtri((1.0 + level) / 2.0)[:, None]  # (L, 1)
+    half = z[..., None] * std  # (L, 1, P)
+    covered = np.abs(draws - gap) <= half
+    resolved = np.abs(draws) > half
+    wrong = resolved & (np.sign(draws) != np.sign(gap))
+    se = np.sqrt(level * (1.0 - level) / n)[:, None]
+    coverage = covered.mean(axis=1)
+    shape = coverage.shape
+    return {
+        "level": np.broadcast_to(level[:, None], shape),
+        "z": np.broadcast_to(z, shape),
+        "coverage": coverage,
+        "coverage_se": np.broadcast_to(se, shape),
+        "coverage_z": (coverage - level[:, None]) / se,
+        "p_resolved": resolved.mean(axis=1),
+        "p_resolved_wrong": wrong.mean(axis=1),
+    }
 
 
 def bytes_per_site(protocol: str, *, dim: int, n_features: int, model_sizes) -> tuple[int, int]:
@@ -290,17 +345,21 @@ def _noisy_pool(protocol: str, clients, *, epsilon, delta, n_draws, rng):
 
 def private_rows(
     inputs: Mapping, *, epsilons: Sequence[float], delta: float, n_draws: int, seed: int
-) -> tuple[list[dict], pd.DataFrame]:
+) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:
     """The two sketch protocols at the largest D, per epsilon: the draws' agreement with
-    KD_all, and each adjacent pair's flip rate beside :func:`flip_probability` (noise from
-    ``default_rng([seed, 11, p, i])``, p = 1 local, 2 secure, i the epsilon's index)."""
+    KD_all, each adjacent pair's flip rate beside :func:`flip_probability` (noise from
+    ``default_rng([seed, 11, p, i])``, p = 1 local, 2 secure, i the epsilon's index), and
+    each adjacent pair's :func:`calibration` on the same draws."""
     from distrank.metrics.sketch.maps import pool
 
     clients, models = _sketches(inputs, inputs["client_sketches"].shape[1])
     names, kd_all, m = inputs["models"], np.asarray(inputs["kd_all"]), inputs["model_sizes"]
     n, order = sum(s.n for s in clients), np.argsort(kd_all)
     base = sketch_scores(pool(clients).mean, n, models, m)
-    rows, flips = [], []
+    rows, flips, calibrated = [], [], []
+    pairs = list(zip(order[:-1], order[1:]))
+    names_of = [f"{names[a]} < {names[b]}" for a, b in pairs]
+    diff_norms = np.array([np.linalg.norm(models[b] - models[a]) for a, b in pairs])
     for p, protocol in enumerate(("sketch", "secure_sketch"), start=1):
         for i, epsilon in enumerate(epsilons):
             rng = np.random.default_rng([seed, 11, p, i])
@@ -320,7 +379,28 @@ def private_rows(
                     + (gap, v, std, float(flip_probability(gap, v, std)))
                     + (float(np.mean(scores[:, a] > scores[:, b])), n_draws)
                 )
-    return rows, pd.DataFrame(flips, columns=FLIP_COLUMNS)
+            calibrated.append(
+                _calibration_rows(
+                    protocol, epsilon, pairs, names_of, scores, base, 2 * std * diff_norms
+                )
+            )
+    calibrated = pd.concat(calibrated, ignore_index=True)[CALIBRATION_COLUMNS]
+    return rows, pd.DataFrame(flips, columns=FLIP_COLUMNS), calibrated
+
+
+def _calibration_rows(protocol, epsilon, pairs, names, scores, base, gap_std) -> pd.DataFrame:
+    """:func:`calibration` of the adjacent pairs' gaps (b's score minus a's), a row per
+    pair and level."""
+    a, b = (np.array(side) for side in zip(*pairs))
+    got = calibration(scores[:, b] - scores[:, a], base[b] - base[a], gap_std)
+    n_levels = len(got["level"])
+    out = pd.DataFrame({k: v.ravel() for k, v in got.items()})
+    out["protocol"], out["epsilon"], out["n_draws"] = protocol, epsilon, len(scores)
+    out["rank"] = np.tile(np.arange(1, len(pairs) + 1), n_levels)
+    out["pair"] = np.tile(names, n_levels)
+    out["sketch_gap"] = np.tile(base[b] - base[a], n_levels)
+    out["gap_std"] = np.tile(gap_std, n_levels)
+    return out.sort_values(["rank", "level"], kind="stable")
 
 
 def score_rows(inputs: Mapping, *, weights: str, **e9_kw) -> list[dict]:
@@ -360,11 +440,11 @@ def fd_rows(fd: Mapping, settings: Mapping, delta: float) -> list[dict]:
 
 def e11_table(inputs: Mapping, fd: Mapping, settings: Mapping, context: Mapping):
     """The table (no-noise D, then each protocol per epsilon, then FD's group, with each
-    protocol's bytes per site) and the flips table, from the pre-steps' arrays; ``context``
-    gives the seed and the study's KD estimator and weights."""
+    protocol's bytes per site), the flips table and the calibration table, from the
+    pre-steps' arrays; ``context`` gives the seed and the study's KD estimator and weights."""
     common = {"epsilons": settings["epsilons"], "delta": settings["delta"]}
     common |= {"n_draws": settings["n_draws"], "seed": context["seed"]}
-    private, flips = private_rows(inputs, **common)
+    private, flips, calibrated = private_rows(inputs, **common)
     metrics = context["metrics"]
     rows = exact_rows(inputs, settings["dims"]) + score_rows(
         inputs, estimator=metrics["kd_estimator"], weights=metrics["weights"], **common
@@ -377,7 +457,7 @@ def e11_table(inputs: Mapping, fd: Mapping, settings: Mapping, context: Mapping)
         for p, dim in zip(table.protocol, table.dim)
     ]
     table.loc[table.group != "FD", "bandwidth"] = float(inputs["bandwidth"])
-    return table, flips
+    return table, flips, calibrated
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
@@ -385,8 +465,9 @@ def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     for name in ("sketches", "fd"):
         with np.load(inputs[name], allow_pickle=False) as f:
             arrays[name] = dict(f)
-    table, flips = e11_table(arrays["sketches"], arrays["fd"], settings, context)
-    return Outputs({"": table, "_flips": flips}, {"": e11_figure(table, flips)})
+    table, flips, calibrated = e11_table(arrays["sketches"], arrays["fd"], settings, context)
+    tables = {"": table, "_flips": flips, "_calibration": calibrated}
+    return Outputs(tables, {"": e11_figure(table, flips)})
 
 
 def _against_epsilon(a, b, table: pd.DataFrame) -> None:
