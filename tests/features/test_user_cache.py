@@ -136,4 +136,6 @@ def test_the_weights_folder_can_be_moved(user, folder, lite0_onnx, monkeypatch, 
         monkeypatch.setenv(how, str(target))
     extract(folder, tmp_path / "f.npz", *options)
     assert files_under(here) == [] and files_under(home) == []
-    assert files_under(weights) == [f"onnx/{lite0_onnx.onnx_path.name}"]
+    kept = files_under(weights)  # the export, and the 28 px images' resize matrix beside it
+    assert kept[0] == f"onnx/{lite0_onnx.onnx_path.name}"
+    assert [name.split("-")[:2] for name in kept[1:]] == [["onnx/resize", "bilinear"]]

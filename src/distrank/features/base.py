@@ -20,13 +20,14 @@ import contextlib
 import importlib
 import importlib.metadata
 import logging
+import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from distrank._arrays import resolve_device  # noqa: F401  (the extractors import it from here)
 from distrank._progress import progress
 
 from .preprocess import check_images
@@ -35,6 +36,8 @@ __all__ = [
     "Extractor",
     "available_extractors",
     "backends",
+    "cuda_possible",
+    "device_type",
     "get_extractor",
     "extractor_from_config",
     "package_versions",
@@ -136,9 +139,40 @@ def package_versions(*names: str) -> dict[str, str]:
     return {n: importlib.metadata.version(n) for n in names}
 
 
+if TYPE_CHECKING:
+    import torch
+
+
+def resolve_device(device=None) -> torch.device:
+    """:func:`distrank._arrays.resolve_device` (imports torch on first call)."""
+    from distrank._arrays import resolve_device as resolve
+
+    return resolve(device)
+
+
+def device_type(device) -> str:
+    """``"cpu"``, ``"cuda"``, ...: a torch device's type, or that of its name, without
+    importing torch."""
+    return getattr(device, "type", None) or str(device).partition(":")[0]
+
+
+def cuda_possible() -> bool:
+    """False where torch certainly finds no CUDA device (macOS; Linux without NVIDIA's or
+    AMD's device files), so choosing the CPU needs no import of torch; True where only
+    torch can tell."""
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("linux"):
+        nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+        return any(os.path.exists(node) for node in nodes)
+    return True
+
+
 @contextlib.contextmanager
 def full_precision():
     """float32 everywhere: no autocast, no TF32 (restored on exit). See the module docstring."""
+    import torch
+
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -192,7 +226,7 @@ class Extractor(ABC):
         return {
             "extractor": self.name,
             "backend": self.backend,
-            "device": torch.device(self.device).type,
+            "device": device_type(self.device),
             "d": int(self.dim),
             "preprocessing": self.preprocessing,
             "weights": self.weights,
@@ -222,8 +256,9 @@ class Extractor(ABC):
     def extract_batches(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """Features of each uint8 NHWC batch of an iterable (e.g. a DataLoader decoding
         in workers)."""
+        torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
         for batch in batches:
-            if isinstance(batch, torch.Tensor):
+            if torch is not None and isinstance(batch, torch.Tensor):
                 batch = batch.numpy()
             yield self.forward_batch(check_images(batch, "batch"))
 

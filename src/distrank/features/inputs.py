@@ -68,11 +68,14 @@ class InputFeatures:
     def extractor(self):
         if self._extractor is None:
             from distrank.features import get_extractor
-            from distrank.features.base import backends, resolve_device
+            from distrank.features.base import backends, cuda_possible, device_type, resolve_device
 
             backend = self.backend
-            if backend == "auto":
-                on_cpu = resolve_device(self.device).type == "cpu"
+            if backend == "auto":  # where no GPU can be, the onnx path never imports torch
+                if self.device is not None:
+                    on_cpu = device_type(self.device) == "cpu"
+                else:
+                    on_cpu = not cuda_possible() or resolve_device(None).type == "cpu"
                 backend = "onnx" if on_cpu and "onnx" in backends(self.extractor_name) else "torch"
             device = None if backend == "onnx" else self.device
             self._extractor = get_extractor(

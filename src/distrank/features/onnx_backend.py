@@ -8,44 +8,78 @@ onnxruntime cannot read is exported again. Features agree with torch to ~1e-5 an
 bitwise reproducible across batch sizes and thread counts, which eager torch is not.
 The graph holds only the network: preprocessing stays numpy code, the same for both
 backends.
+
+torch is imported only to export: a process that finds the file runs it with onnxruntime
+alone (the export's name reads torch's version from ``torch/version.py``, unimported), and
+the module to export may be given as a function that builds it, called only then.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import logging
 import os
+import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import nn
 
-__all__ = ["ONNX_OPSET", "OnnxNetwork", "export_onnx", "ort_session"]
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["ONNX_OPSET", "OnnxNetwork", "export_onnx", "ort_session", "torch_version"]
 
 log = logging.getLogger(__name__)
 
 ONNX_OPSET = 17
 
 
+@functools.cache
+def torch_version() -> str:
+    """``torch.__version__`` (e.g. ``2.14.1+cu130``, with the local tag the distribution's
+    metadata lacks), read from the installed ``torch/version.py`` without importing torch."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("torch is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [getattr(t, "id", None) for t in targets] == ["__version__"]:
+            return str(ast.literal_eval(node.value))
+    raise RuntimeError(f"{path} defines no __version__")
+
+
+def _is_module(obj) -> bool:
+    torch = sys.modules.get("torch")  # a torch module exists only once torch is imported
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
 class OnnxNetwork:
     """``model`` exported once under ``directory/onnx/`` and run by onnxruntime on the CPU.
 
-    ``stem`` names what determines the graph besides torch and the opset (network,
-    resolution, weights digest); ``size`` is the input's (height, width).
+    ``model`` is the torch module or a function returning it, called only when the file
+    must be exported; ``stem`` names what determines the graph besides torch and the
+    opset (network, resolution, weights digest); ``size`` is the input's (height, width).
     """
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | Callable[[], nn.Module],
         directory: str | os.PathLike,
         stem: str,
         size: tuple[int, int],
         num_threads: int | None = None,
     ):
-        self.model, self.size = model, tuple(size)
-        tag = torch.__version__.replace("+", "_")
+        self._model, self.size = model, tuple(size)
+        tag = torch_version().replace("+", "_")
         self.path = Path(directory) / "onnx" / f"{stem}-torch{tag}-opset{ONNX_OPSET}.onnx"
         self._export()
         try:
@@ -58,6 +92,12 @@ class OnnxNetwork:
             self._export()
             self.session = ort_session(self.path, num_threads)
         self.input_name = self.session.get_inputs()[0].name
+
+    @property
+    def model(self) -> nn.Module:
+        if not _is_module(self._model):
+            self._model = self._model()
+        return self._model
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """float32 (N, 3, H, W) -> float32 (N, d)."""
@@ -84,6 +124,8 @@ class OnnxNetwork:
 
 def export_onnx(model: nn.Module, path: str | os.PathLike, size: tuple[int, int]) -> None:
     """Export ``model``, ``(N, 3, *size) -> (N, d)``, to ONNX with a dynamic batch dimension."""
+    import torch
+
     model = model.to("cpu", memory_format=torch.contiguous_format).eval()
     dummy = torch.zeros(2, 3, *size)
     with warnings.catch_warnings():
@@ -104,11 +146,13 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, size: tuple[int, int]
 
 
 def ort_session(path: str | os.PathLike, num_threads: int | None):
-    """An onnxruntime CPU session with ``num_threads`` intra-op threads (default: torch's)."""
+    """An onnxruntime CPU session with ``num_threads`` intra-op threads (default: torch's
+    where torch is imported, else ``$OMP_NUM_THREADS``, else this process's CPUs; the
+    features do not depend on it)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = int(num_threads or torch.get_num_threads())
+    options.intra_op_num_threads = int(num_threads or _default_threads())
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -118,8 +162,19 @@ def ort_session(path: str | os.PathLike, num_threads: int | None):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def _default_threads() -> int:
+    if "torch" in sys.modules:
+        return sys.modules["torch"].get_num_threads()
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def _check_matches(model: nn.Module, path, size: tuple[int, int], atol: float = 1e-4) -> None:
     """Refuse an export whose features differ from torch's (on a seeded random batch)."""
+    import torch
+
     x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         want = model(x).numpy()

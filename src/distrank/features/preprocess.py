@@ -29,19 +29,30 @@ depends only on the input size, so equal images always take the same path.
 CPU batches are resized in numpy, CUDA batches by torch on the GPU.
 Resizing one grayscale channel and repeating it equals repeating first, since
 channels are resized independently.
+
+The matrices are torch's own weights, so making one imports torch; a preprocessing
+:meth:`~Preprocessing.stored` in a folder (the onnx backends': beside their export) keeps
+each one it makes there as ``.npy`` (named by torch's version), and a later process reads
+it back, the same float32 numbers, without importing torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from threadpoolctl import ThreadpoolController
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["Preprocessing", "check_images", "interpolate", "resize_matrix"]
+__all__ += ["stored_resize_matrix"]
 
 INTERPOLATIONS = ("bilinear", "bicubic", "bilinear_tf1")
 _IMPLEMENTATION = dict.fromkeys(("bilinear", "bicubic"), "torch F.interpolate")
@@ -71,6 +82,8 @@ def resize_matrix(n_in: int, n_out: int, interpolation: str, antialias: bool) ->
     length-n_in signal v is ``R @ v``. Made by resizing the identity along one
     axis (the other axis keeps its size, which torch maps to the identity).
     """
+    import torch
+
     eye = torch.eye(n_in, dtype=torch.float32).view(1, 1, n_in, n_in)
     with torch.no_grad():
         rows = interpolate(eye, (n_out, n_in), interpolation, antialias)
@@ -87,6 +100,8 @@ def interpolate(x: torch.Tensor, size, interpolation: str, antialias: bool) -> t
         )
 
         return interpolate_bilinear_2d_like_tensorflow1x(x, size=tuple(size), align_corners=False)
+    import torch.nn.functional as F
+
     return F.interpolate(
         x, size=tuple(size), mode=interpolation, align_corners=False, antialias=antialias
     )
@@ -118,6 +133,13 @@ class Preprocessing:
     std: tuple[float, float, float]
     scale: float = 1.0
     round_to_uint8: bool = False
+    #: where resize matrices are kept between processes (not part of the description)
+    store: Path | None = field(default=None, compare=False, repr=False)
+
+    def stored(self, folder: str | os.PathLike) -> Preprocessing:
+        """The same preprocessing, its resize matrices kept in ``folder``
+        (:func:`stored_resize_matrix`)."""
+        return dataclasses.replace(self, store=Path(folder))
 
     def __post_init__(self):
         if len(self.size) != 2 or min(self.size) < 1:
@@ -155,8 +177,14 @@ class Preprocessing:
         }
 
     def _matrices(self, height: int, width: int):
-        rows = resize_matrix(height, self.size[0], self.interpolation, self.antialias)
-        cols = resize_matrix(width, self.size[1], self.interpolation, self.antialias)
+        if self.store is None:
+            made = functools.partial(resize_matrix, interpolation=self.interpolation)
+        else:
+            made = functools.partial(
+                stored_resize_matrix, self.store, interpolation=self.interpolation
+            )
+        rows = made(n_in=height, n_out=self.size[0], antialias=self.antialias)
+        cols = made(n_in=width, n_out=self.size[1], antialias=self.antialias)
         return rows, cols
 
     def _affine(self):
@@ -203,6 +231,8 @@ class Preprocessing:
                     out=resized.reshape(-1, self.size[1]),
                 )
         else:
+            import torch
+
             resized = self._interpolate(torch.from_numpy(x)).numpy()
         if self.round_to_uint8 and resized is not x:
             np.add(resized, 0.5, out=resized)
@@ -216,6 +246,8 @@ class Preprocessing:
 
     def torch(self, images: np.ndarray | torch.Tensor, device: torch.device | str) -> torch.Tensor:
         """Same as :meth:`numpy` with torch ops on ``device`` (uint8 crosses the bus, not float32)."""
+        import torch
+
         if isinstance(images, np.ndarray):
             images = torch.from_numpy(np.ascontiguousarray(check_images(images)))
         x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).to(torch.float32)
@@ -238,9 +270,38 @@ class Preprocessing:
 
     def __call__(self, images: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
         """uint8 NHWC numpy batch -> normalised float32 NCHW tensor on ``device``."""
+        import torch
+
         if torch.device(device).type == "cpu":
             return torch.from_numpy(self.numpy(images))
         return self.torch(images, device)
+
+
+@functools.lru_cache(maxsize=64)
+def stored_resize_matrix(
+    folder: Path, n_in: int, n_out: int, interpolation: str, antialias: bool
+) -> np.ndarray:
+    """:func:`resize_matrix`, read from ``folder`` where an earlier process kept it (no torch
+    import), else made and kept there (``resize-<interpolation>[-aa]-<n_in>to<n_out>-torch
+    <version>.npy``, written atomically); a file of the wrong shape or type is made again."""
+    from distrank._io import atomic_open
+
+    from .onnx_backend import torch_version
+
+    aa = "-aa" if antialias else ""
+    tag = torch_version().replace("+", "_")
+    path = Path(folder) / f"resize-{interpolation}{aa}-{n_in}to{n_out}-torch{tag}.npy"
+    try:
+        kept = np.load(path, allow_pickle=False)
+        if kept.shape == (n_out, n_in) and kept.dtype == np.float32:
+            return kept
+    except (OSError, ValueError):
+        pass
+    made = resize_matrix(n_in, n_out, interpolation, antialias)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path) as f:
+        np.save(f, made)
+    return made
 
 
 @functools.cache

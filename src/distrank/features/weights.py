@@ -36,8 +36,7 @@ import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from distrank._io import file_digest, user_cache_dir
 
@@ -256,6 +255,9 @@ def _check_digest(spec: WeightsFile, path: Path) -> None:
         )
 
 
+if TYPE_CHECKING:
+    import torch
+
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
@@ -281,6 +283,8 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
     Accepts a bare state dict or one wrapped under "state_dict" / "model".
     """
+    import torch
+
     obj = torch.load(path, map_location="cpu", weights_only=True)
     for key in ("state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):

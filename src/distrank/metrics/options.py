@@ -18,13 +18,16 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from distrank._arrays import DTYPES
 from distrank._checks import positive_int
 from distrank.clients import WEIGHTS
 from distrank.metrics.metric import ESTIMATORS, KERNELS, METRIC_KEYS
 from distrank.metrics.registry import check_metrics
 
 __all__ = ["DTYPES", "ESTIMATORS", "KERNELS", "WEIGHTS", "ScoreOptions", "score_options"]
+
+#: the products' dtypes by name (``distrank._arrays.DTYPES`` maps them to torch's; not
+#: imported here, so that options load without torch)
+DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)

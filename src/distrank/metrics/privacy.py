@@ -73,18 +73,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import numpy as np
-import pandas as pd
 
 from distrank._checks import positive_int
-from distrank.clients import client_groups
-from distrank.metrics.kd.sums import check_full_sample
-from distrank.metrics.metric import BANDWIDTH_KERNELS
+from distrank.metrics.metric import BANDWIDTH_KERNELS, FULL_SAMPLE_ESTIMATORS
 from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.scoring import score
-from distrank.metrics.table import from_values
+
+if TYPE_CHECKING:  # scoring (torch), pandas and dp-accounting load where they are used
+    import pandas as pd
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
 BOUNDED_KERNELS = BANDWIDTH_KERNELS
@@ -100,7 +98,7 @@ def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:
     ``4 / n`` for the U-statistic (``"unbiased"``, n >= 2) and ``2 (2n - 1) / n^2``
     for the V-statistic (``"biased"``), for a bounded kernel (module doc).
     """
-    check_full_sample(estimator, "estimator")
+    _check_full_sample(estimator, "estimator")
     n = positive_int(n_rows, "n_rows", minimum=2 if estimator == "unbiased" else 1)
     return 4.0 / n if estimator == "unbiased" else 2.0 * (2 * n - 1) / n**2
 
@@ -131,6 +129,8 @@ def noise_multiplier(*, epsilon: float, delta: float, n_releases: int = 1) -> fl
     :math:`z = \sqrt{M}\, z_1(\varepsilon, \delta)`, :math:`z_1` the analytic
     calibration of Balle and Wang (2018) computed by ``dp_accounting`` (module doc).
     """
+    import dp_accounting
+
     epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
     n_releases = positive_int(n_releases, "n_releases")
     with _quiet_bracketing():
@@ -149,6 +149,8 @@ def epsilon_spent(*, noise_multiplier: float, n_releases: int, delta: float) -> 
     ``GaussianDpEvent(z)`` is the same release (a neighbour shifts it by one unit
     and its std is z units), so its PLD accountant agrees (tests).
     """
+    import dp_accounting
+
     z = _check_positive(noise_multiplier, "noise_multiplier")
     n_releases = positive_int(n_releases, "n_releases")
     delta = _check_delta(delta)
@@ -219,7 +221,7 @@ def check_private_options(opts: ScoreOptions) -> None:
             "kernel_params: private KD needs an explicit 'bandwidth' fixed "
             "without the clients' rows (a median on them would be a release)"
         )
-    check_full_sample(opts.kd_estimator, why=" (private KD is a full-sample estimate)")
+    _check_full_sample(opts.kd_estimator, why=" (private KD is a full-sample estimate)")
 
 
 #: The largest change of n_i KD_i, site i's term of sum_i n_i KD_i, from replacing one
@@ -332,6 +334,10 @@ def private_scores(
     ``kernel_params["bandwidth"]`` chosen without the clients' rows. Noise comes from
     ``numpy.random.default_rng(seed)``.
     """
+    from distrank.clients import client_groups
+    from distrank.metrics.scoring import score
+    from distrank.metrics.table import from_values
+
     opts = score_options(PRIVATE_OPTIONS if options is None else options, **changes)
     check_private_options(opts)
     table = score(reference, clients, models, opts, device=device)
@@ -350,6 +356,15 @@ def private_scores(
     )
     values = {model: {"kd": (None, noisy[g])} for g, model in enumerate(names)}
     return from_values(values, groups.names, groups.weights(opts.weights)), budget
+
+
+def _check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
+    """:func:`distrank.metrics.kd.sums.check_full_sample` (which loads torch)."""
+    if estimator not in FULL_SAMPLE_ESTIMATORS:
+        from distrank.metrics.kd.sums import check_full_sample
+
+        check_full_sample(estimator, name, why)
+    return estimator
 
 
 def _quiet_bracketing():

@@ -1,0 +1,80 @@
+"""Once EfficientNet-Lite0 is exported, its onnx backend extracts without importing torch
+(about 700 MB of a process's memory): the export is found by name (torch's version read
+from its version.py), the network is never built, and the resize matrices are read back
+from beside the export, the same float32 numbers torch makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from distrank.features.onnx_backend import torch_version  # noqa: E402
+from distrank.features.preprocess import resize_matrix, stored_resize_matrix  # noqa: E402
+
+
+def test_torch_version_is_torchs_own():
+    assert torch_version() == torch.__version__  # with its local tag (+cu130, +cpu)
+
+
+@pytest.mark.parametrize("n_in, n_out, aa", [(28, 128, True), (40, 32, True), (28, 299, False)])
+def test_stored_resize_matrix_is_torchs_bit_for_bit(tmp_path, n_in, n_out, aa):
+    made = stored_resize_matrix(tmp_path, n_in, n_out, "bilinear", aa)
+    (path,) = tmp_path.iterdir()
+    assert path.name.startswith(f"resize-bilinear{'-aa' if aa else ''}-{n_in}to{n_out}-torch")
+    kept = np.load(path)
+    want = resize_matrix(n_in, n_out, "bilinear", aa)
+    assert kept.dtype == np.float32 and kept.shape == (n_out, n_in)
+    np.testing.assert_array_equal(kept, want)
+    np.testing.assert_array_equal(made, want)
+    stored_resize_matrix.cache_clear()
+    np.save(path, np.zeros((2, 2), np.float32))  # a wrong file is made again
+    np.testing.assert_array_equal(stored_resize_matrix(tmp_path, n_in, n_out, "bilinear", aa), want)
+    np.testing.assert_array_equal(np.load(path), want)
+
+
+SCRIPT = """
+import json, sys
+import numpy as np
+from distrank.features import get_extractor
+from distrank.features.inputs import InputFeatures
+from distrank.metrics.privacy import release_sketch
+from distrank.metrics.sketch.maps import FeatureMap
+images = np.load(sys.argv[1])
+ex = InputFeatures("efficientnet_lite0", weights_dir=sys.argv[2]).extractor
+features = ex.extract(images, batch_size=4)
+np.save(sys.argv[3], features)
+print(json.dumps({"torch": "torch" in sys.modules, "backend": ex.backend,
+                  "meta": ex.metadata()}))
+"""
+
+
+def test_the_onnx_backend_extracts_without_torch(tmp_path, lite0_onnx, gray_images):
+    """A fresh process on a folder holding the export and the 28 px resize matrix never
+    imports torch, picks the onnx backend on this machine (``auto``, no GPU device) and
+    gives the features and metadata of the session's extractor."""
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd"):
+        pytest.skip("auto picks torch on a machine with a GPU")
+    folder = tmp_path / "weights"
+    (folder / "onnx").mkdir(parents=True)
+    shutil.copyfile(lite0_onnx.onnx_path, folder / "onnx" / lite0_onnx.onnx_path.name)
+    stored_resize_matrix(folder / "onnx", 28, 128, "bilinear", True)
+    np.save(tmp_path / "images.npy", gray_images)
+    out = tmp_path / "features.npy"
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "images.npy"), str(folder), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["torch"] is False and got["backend"] == "onnx"
+    assert got["meta"] == json.loads(json.dumps(lite0_onnx.metadata()))
+    np.testing.assert_array_equal(np.load(out), lite0_onnx.extract(gray_images, batch_size=4))
