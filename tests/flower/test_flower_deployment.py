@@ -427,10 +427,10 @@ def test_a_secure_kd_run_with_noise(deployment, runs, federation, reference):
 
 
 def test_a_secure_sketch_run_with_noise(deployment, runs, federation, reference):
-    """KD of the pooled sketch within six noise stds of ``distrank score``'s, once the
-    noise's own bias is taken off (dim noise_std^2 n / (n - 1), the same for every
-    model: ``sketch.maps.sketch_kd``); the pooled sketch covers the sites' rows, up to
-    the noise on n."""
+    """KD of the pooled sketch within six noise stds of ``distrank score``'s: the table
+    holds it unbiased, the noise's own excess (dim noise_std^2 n / (n - 1), the same for
+    every model: ``sketch.maps.sketch_kd``) taken off and the raw value kept in the meta;
+    the pooled sketch covers the sites' rows, up to the noise on n."""
     net, *_ = deployment
     run, out = runs["sketch"]
     assert run["status"] == "finished:completed", (run, net.tail("superlink"))
@@ -439,8 +439,12 @@ def test_a_secure_sketch_run_with_noise(deployment, runs, federation, reference)
     pooled = sk.load(sketch_path(out))
     assert np.isfinite(pooled.mean).all() and pooled.noise_std > 0
     bias = pooled.meta["dim"] * pooled.noise_std**2 * pooled.n / (pooled.n - 1)
-    error = (merged.value - bias - merged.value_score).abs()
+    error = (merged.value - merged.value_score).abs()
     assert (error <= merged.bound + 6 * merged.noise_std).all(), (merged, bias)
+    raw = json.loads(meta_path(out).read_text())["sketch"]["raw"]
+    by_model = dict(zip(merged.model, merged.value))
+    for row in raw:
+        assert row["value"] - by_model[row["model"]] == pytest.approx(bias, rel=1e-9)
     said = attested(out, "sketch")
     rows = math.sqrt(sum(it["noise"]["rows"] ** 2 for it in said.values()))
     assert abs(pooled.n - sum(len(x) for x in federation[0].values())) <= 6 * rows + 1

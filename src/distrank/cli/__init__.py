@@ -3,7 +3,9 @@
     distrank extract INPUT... --out FEATURES.npz
     distrank score --reference REF --model NAME=PATH [--model ...] --out scores.csv
     distrank report scores.csv --out report.html
-    distrank sketch --reference SITE --out SITE.sketch.npz --dim D --seed S --bandwidth B
+    distrank map --model NAME=PATH [--model ...] --dim D --seed S --out map.json
+    distrank plan --map map.json --model NAME=PATH ... --sizes N ... --epsilon E --delta D
+    distrank sketch --reference SITE --map map.json --out SITE.sketch.npz [--epsilon E --delta D]
     distrank rank --sketch SITE.sketch.npz... --model NAME=PATH [--model ...] --out scores.csv
 
 Inputs are image folders (recursive; png, jpg, jpeg, webp, in sorted path order),
@@ -37,6 +39,7 @@ from distrank.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     EXIT_WEIGHTS,
+    UsageError,
     cpu_threads,
     missing_weights,
     positive,
@@ -61,6 +64,8 @@ COMMANDS: dict[str, Callable] = {
     "extract": extract.add_arguments,
     "score": score.add_arguments,
     "report": report.add_arguments,
+    "map": sketch.add_map_arguments,
+    "plan": sketch.add_plan_arguments,
     "sketch": sketch.add_arguments,
     "rank": sketch.add_rank_arguments,
 }
@@ -78,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with cpu_threads(args.threads):
             return args.run(args)
+    except UsageError as err:
+        print(f"distrank {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except (ValueError, OSError, KeyError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"distrank {args.command}: error: {message}", file=sys.stderr)

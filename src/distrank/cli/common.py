@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -23,6 +24,10 @@ exit status:
   130  interrupted (Ctrl-C); nothing was written
 """
 EXIT_OK, EXIT_USAGE, EXIT_INPUT, EXIT_WEIGHTS, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+
+
+class UsageError(ValueError):
+    """Arguments that do not go together (exit status 2); raised before any input is read."""
 
 
 def missing_weights(err: BaseException) -> bool:
@@ -148,6 +153,48 @@ def kernel_param(text: str) -> tuple[str, float | int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name}: expected a number, got {value!r}") from None
     return name, int(number) if name == "degree" and number.is_integer() else number
+
+
+def even_positive(text: str) -> int:
+    value = positive(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"expected an even positive integer, got {text!r}")
+    return value
+
+
+def epsilon_value(text: str) -> float:
+    """An epsilon of a Gaussian release, within ``metrics.privacy.EPSILON_RANGE``."""
+    from distrank._checks import EPSILON_RANGE
+
+    low, high = EPSILON_RANGE
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number in [{low:g}, {high:g}], got {text!r}")
+    return value
+
+
+def open_unit(text: str) -> float:
+    """A number in (0, 1): a delta, a level."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def positive(text: str) -> int:

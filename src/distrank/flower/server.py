@@ -133,11 +133,17 @@ def main(grid: Grid, context: Context) -> None:
         sites=settings.sites,
         timeout=settings.timeout,
     )
+    meta = report_meta(replies, settings)
     if sketching:
-        table = sketch_table(replies, models, sketches_dir(settings.out))
+        table, ranked = sketch_table(replies, models, sketches_dir(settings.out))
+        meta |= ranked | {"options": meta["options"]}
     else:
         table = federated_table(replies, models=models, weights=settings.weights)
-    score_table.write(table, settings.out, report_meta(replies, settings), "csv")
+    score_table.write(table, settings.out, meta, "csv")
+    if sketching:
+        from distrank.metrics.sketch.confidence import write_confidence
+
+        write_confidence(meta, settings.out)
     log(
         INFO,
         "distrank: wrote %d rows from sites %s to %s",
@@ -151,7 +157,7 @@ def main(grid: Grid, context: Context) -> None:
         write_report(
             table,
             settings.report,
-            meta=report_meta(replies, settings),
+            meta=meta,
             title="Consistency report: federated evaluation",
             source=settings.out,
         )
@@ -163,18 +169,19 @@ def sketches_dir(out):
     return out.with_name(f"{out.stem}.sketches")
 
 
-def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder) -> pd.DataFrame:
+def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder):
     """Sketch mode: each site's sketch saved to ``folder/<site>.sketch.npz`` (``distrank
-    rank --sketch`` scores later models from them, without the sites) and the table of
-    ``models`` from them (``metrics.scoring.score_sketches``)."""
-    from distrank.metrics.scoring import score_sketches
+    rank --sketch`` scores later models from them, without the sites), the table of
+    ``models`` from them (unbiased) and its metadata: the map, the sites' privacy and the
+    confidence its noise leaves (``metrics.sketch.confidence.rank_sketches``)."""
     from distrank.metrics.sketch import maps as sketch
+    from distrank.metrics.sketch.confidence import rank_sketches
 
     sites = {str(r.site): r.sketch for r in sorted(replies, key=lambda r: str(r.site))}
     folder.mkdir(parents=True, exist_ok=True)
     for name, made in sites.items():
         sketch.save(folder / f"{name}.sketch.npz", made)
-    return score_sketches(sites, models)
+    return rank_sketches(sites, models)
 
 
 def report_meta(replies: Sequence[SiteReply], settings: RunSettings) -> dict:

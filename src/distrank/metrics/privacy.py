@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from distrank._checks import positive_int
+from distrank._checks import EPSILON_RANGE, positive_int
 from distrank.metrics.metric import BANDWIDTH_KERNELS, FULL_SAMPLE_ESTIMATORS
 from distrank.metrics.options import ScoreOptions, score_options
 
@@ -86,10 +86,6 @@ if TYPE_CHECKING:  # scoring (torch), pandas and dp-accounting load where they a
 
 #: Kernels with 0 <= k <= 1 and k(x, x) = 1, for which the sensitivity above holds.
 BOUNDED_KERNELS = BANDWIDTH_KERNELS
-#: The epsilons a budget may have (below, the noise swamps any KD; above, the
-#: noise is below float32 resolution of any KD; the calibration is checked to 1e-12
-#: relative across the range).
-EPSILON_RANGE = (1e-3, 1e9)
 
 
 def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:

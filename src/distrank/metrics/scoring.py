@@ -223,20 +223,27 @@ def client_scores(client_features, model_features, options=None, **changes) -> d
     return score_client(client_features, {"model": model_features}, options, **changes)["model"]
 
 
-def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataFrame:
+def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray], *, raw: bool = False):
     """The tidy score table of ``kd_sketch`` (KD of the sketched rbf kernel) of every model
     against each site's sketch (``client``; site name -> ``metrics.sketch.maps.Sketch``), their
     size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
-    the sketches' metadata, which must agree."""
+    the sketches' metadata, which must agree. A noisy sketch's values are unbiased: the
+    expected excess n / (n - 1) D sigma^2 of its noise is removed
+    (``metrics.sketch.confidence.bias``; the same for every model), unless ``raw``."""
     from distrank.clients import client_weights
+    from distrank.metrics.sketch.confidence import bias
     from distrank.metrics.sketch.maps import FeatureMap, pool, sketch_kd
 
     pooled, values = pool(list(sites.values())), {}  # checks that the maps agree
     first = pooled.meta
     fmap = FeatureMap(first["input_dim"], first["dim"], first["bandwidth"], first["seed"])
+
+    def kd(reference, t):
+        excess = 0.0 if raw else bias(reference.n, first["dim"], reference.noise_std)
+        return sketch_kd(reference, t) - excess
+
     for name, y in models.items():
         t = fmap.sketch(y)
-        local = [sketch_kd(s, t) for s in sites.values()]
-        values[name] = {"kd_sketch": (sketch_kd(pooled, t), local)}
+        values[name] = {"kd_sketch": (kd(pooled, t), [kd(s, t) for s in sites.values()])}
     weights = client_weights([s.n for s in sites.values()], "size")  # n_i / n, as pooled
     return from_values(values, list(sites), weights)

@@ -53,6 +53,7 @@ from distrank.metrics.table import COLUMNS, check, flipped_pairs
 from distrank.metrics.table import per_metric as _per_metric
 from distrank.report.client_sections import agrees, client_only_section, clients_section
 from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
+from distrank.report.privacy import privacy_facts, privacy_section, tied_ranks, unresolved
 from distrank.report.verdicts import consistency
 
 __all__ = ["build_report", "write_report"]
@@ -104,7 +105,8 @@ def build_report(
     body = [_header(title, scores, meta, extractor, source, name)]
     if pooled:
         body += [
-            _values_section(scores, name),
+            _values_section(scores, name, meta),
+            privacy_section(meta),
             _consistency_section(scores, meta, name),
             _flips_section(scores, name),
             _figures_section(scores, extractor),
@@ -138,11 +140,12 @@ def _header(title, scores, meta, extractor, source, name) -> str:
         )
     else:
         facts.append(("options", "not recorded (no metadata beside the table)"))
+    facts += privacy_facts(meta)
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
     return f'<header><h1>{esc(title)}</h1><dl class="facts">{items}</dl></header>'
 
 
-def _values_section(scores, name) -> str:
+def _values_section(scores, name, meta) -> str:
     per_metric = _per_metric(scores)
     arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
     head = "".join(f"<th class=num>{esc(name(m))} {arrows[m]}</th>" for m in per_metric)
@@ -153,6 +156,9 @@ def _values_section(scores, name) -> str:
         for m, w in per_metric.items()
         for agg in ("all", "avg")
     }
+    for agg in ("all", "avg"):  # a private ranking: models the noise does not separate tie
+        for m in per_metric:
+            ranks[(m, agg)] |= tied_ranks(meta, agg) if m == "kd_sketch" else {}
     rows = []
     for model in sorted(set().union(*(w.index for w in per_metric.values()))):
         for agg in ("all", "avg"):  # stacked, so the table is as wide as the metrics
@@ -185,9 +191,12 @@ def _values_section(scores, name) -> str:
 
 
 def _consistency_section(scores, meta, name) -> str:
-    rows = []
+    rows, noisy = [], unresolved(meta)
     for r in consistency(scores, meta).itertuples():
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
+        if r.metric == "kd_sketch" and noisy:  # the noise, not the averaging, decides
+            verdict_class = "warn"
+            r = r._replace(verdict=f"{r.verdict} to average; the noise leaves pairs unresolved")
         measured = "<br>".join(_measured(r, name))
         rows.append(
             f'<tr data-metric="{esc(r.metric)}"><td>{esc(name(r.metric))}</td>'

@@ -86,8 +86,13 @@ def main(grid: Grid, context: Context) -> None:
     with atomic_path(bounds_path(settings.out)) as tmp:
         bounds.to_csv(tmp, index=False)
     if "kd_sketch" in plan.metrics:  # the pooled sketch ranks later models too
-        write_pooled_sketch(total, len(included), plan, noise, sketch_path(settings.out))
+        pooled = write_pooled_sketch(total, len(included), plan, noise, sketch_path(settings.out))
+        table = pooled_confidence(table, pooled, models, plan, meta)
     score_table.write(table, settings.out, meta, "csv")
+    if "confidence" in meta:
+        from distrank.metrics.sketch.confidence import write_confidence
+
+        write_confidence(meta, settings.out)
     log(
         INFO,
         "distrank: wrote %d rows summed over sites %s to %s",
@@ -171,9 +176,9 @@ def sketch_path(out):
     return out.with_name(f"{out.stem}.sketch.npz")
 
 
-def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], path) -> None:
+def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], path):
     """The pooled sketch of a secure sum, its noise std per entry in its metadata
-    (``distrank rank --sketch`` scores models from it later)."""
+    (``distrank rank --sketch`` scores models from it later); returns it."""
     from distrank.metrics.sketch import maps as sketch
     from distrank.metrics.sketch.family import pooled_sketch
 
@@ -183,6 +188,26 @@ def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], pa
     if noise.get("sketch"):
         pooled = sketch.Sketch(pooled.mean, n, pooled.meta | {"noise_std": noise["sketch"] / n})
     sketch.save(path, pooled)
+    return pooled
+
+
+def pooled_confidence(table, pooled, models: Mapping, plan: Plan, meta: dict):
+    """The table with ``kd_sketch``'s values unbiased (the pooled sketch's noise excess
+    removed), and in ``meta`` the raw values and the confidence of its ranking
+    (``metrics.sketch.confidence``)."""
+    from distrank.metrics.sketch.confidence import bias, ranking_confidence
+    from distrank.metrics.sketch.family import plan_map
+
+    rows = table.metric == "kd_sketch"
+    excess = bias(pooled.n, pooled.meta["dim"], pooled.noise_std)
+    raw = table[rows][["model", "aggregation", "value"]].to_dict(orient="records")
+    table = table.assign(value=table.value.where(~rows, table.value - excess))
+    fmap = plan_map(plan)
+    t = {name: fmap.sketch(np.asarray(y)).mean for name, y in models.items()}
+    conf = ranking_confidence(pooled, t, table)
+    meta["sketch"] = {"raw": raw, "bias_removed": excess, "pooled_noise_std": pooled.noise_std}
+    meta["confidence"] = conf | {"pairs": conf["pairs"].to_dict(orient="records")}
+    return table
 
 
 def bounds_path(out):

@@ -1,0 +1,296 @@
+r"""How far the noise of private sketches lets a ranking be trusted, and planned.
+
+A pooled sketch released with Gaussian noise is :math:`\tilde s = s + \eta`,
+:math:`\eta \sim \mathcal N(0, \sigma^2 I_D)` (:mod:`distrank.metrics.sketch.maps`), and
+every model's value is :math:`\widehat{\mathrm{KD}}(\tilde s, t_G)`. Two consequences
+follow exactly:
+
+- **The bias.** :math:`\mathbb E\,\frac{n\|\tilde s\|^2 - 1}{n - 1} = \frac{n\|s\|^2 - 1}
+  {n - 1} + \frac{n}{n - 1} D \sigma^2`: the same for every model. :func:`unbiased`
+  removes it; the raw value stays in the table's metadata.
+- **The gap.** The gap of two models is :math:`\widehat{\mathrm{KD}}_a -
+  \widehat{\mathrm{KD}}_b = c_{ab} - 2\,\tilde s \cdot (t_a - t_b)`, :math:`c_{ab}` free of
+  the noise, so its noise is :math:`\mathcal N(0, 4 \sigma^2 \|t_a - t_b\|^2)`
+  (:func:`gap_std`), and the adjacent gaps of an order are jointly Gaussian with
+  covariance :math:`4 \sigma^2 (t_a - t_b) \cdot (t_c - t_d)`.
+
+From an observed gap g of noise std :math:`\tau`, :func:`pair_confidence` gives
+:math:`\Phi(|g| / \tau)`: the probability, under a flat prior on the noiseless gap,
+that the noiseless sketch orders the pair as the noisy one does; the pair is
+*resolved* at level :math:`\ell` when that is at least :math:`\ell` (:math:`|g| \ge
+z_\ell \tau`: the interval :math:`g \pm z_\ell \tau` excludes 0, and it covers the
+noiseless gap with probability :math:`2\ell - 1` over the noise, E11's calibration).
+The whole order's probability is that of every adjacent gap keeping its sign under the
+joint law (a Monte Carlo estimate, :func:`order_confidence`).
+
+The map's own error (D finite) is not noise: the sketched kernel is a kernel, so its KD
+ranks by Theorem 1 like any other; it differs from the exact rbf KD by the map's
+approximation, which E11 measures (the relative error at each D) and which shrinks as
+:math:`1/\sqrt{D}`. The ranking reported is the sketched kernel's.
+
+**Planning** (:func:`plan`): before any site spends budget, everything above but the
+observed gaps is public -- the models' sketches :math:`t_G` (from their samples and the
+public map) and :math:`\sigma` (from :math:`\varepsilon, \delta`, the sites' sizes, and
+the path): plain sketches give :math:`\sigma = 2 z \sqrt{k} / n` (each site adds
+:math:`N(0, (2z/n_i)^2)` to its mean, i.e. :math:`2z` to :math:`n_i s_i`), a secure sum
+:math:`\sigma = 2 z \sqrt{A/t} / n` at the least (the honest sites' noise), with
+:math:`z = z_1(\varepsilon, \delta)` the Gaussian mechanism's multiplier.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.special import ndtr, ndtri
+
+#: the level at which a pair is called resolved unless the caller says otherwise
+LEVEL = 0.95
+#: draws of the whole order's Monte Carlo estimate (its standard error <= 0.0016)
+ORDER_DRAWS = 100_000
+
+
+def bias(n: int, dim: int, noise_std: float) -> float:
+    """The expected excess of a noisy sketch's KD: n / (n - 1) D sigma^2 (module doc)."""
+    return n / (n - 1) * dim * noise_std**2 if noise_std else 0.0
+
+
+def unbiased(raw: float, n: int, dim: int, noise_std: float) -> float:
+    """A noisy sketch's KD with its expected excess removed."""
+    return raw - bias(n, dim, noise_std)
+
+
+def gap_std(noise_std: float, t_a: np.ndarray, t_b: np.ndarray) -> float:
+    """The noise std of the KD gap of two models: 2 sigma |t_a - t_b|."""
+    return 2.0 * noise_std * float(np.linalg.norm(np.asarray(t_a) - np.asarray(t_b)))
+
+
+def pair_confidence(gap: float, std: float) -> float:
+    """Phi(|gap| / std): the probability that the noiseless order of the pair is the
+    observed one (1 without noise)."""
+    return 1.0 if std == 0 else float(ndtr(abs(gap) / std))
+
+
+def z_of(level: float) -> float:
+    """The gap in noise stds at which a pair is resolved at ``level`` (in (0.5, 1))."""
+    if not 0.5 < level < 1:
+        raise ValueError(f"level: expected a number in (0.5, 1), got {level!r}")
+    return float(ndtri(level))
+
+
+def confidence_table(
+    values: Mapping[str, float],
+    sketches: Mapping[str, np.ndarray],
+    noise_std: float,
+    *,
+    level: float = LEVEL,
+    higher_is_better: bool = False,
+) -> pd.DataFrame:
+    """Per adjacent pair of the observed order (best first): ``rank``, ``model``,
+    ``next`` (the model ranked after it), ``gap`` (>= 0, in the metric's units),
+    ``noise_std`` of the gap, ``p_order`` (:func:`pair_confidence`) and ``resolved`` (at
+    ``level``).
+
+    ``values``: model -> observed value; ``sketches``: model -> its mean sketch t;
+    ``noise_std``: the per-entry noise std of the reference sketch.
+    """
+    z = z_of(level)
+    order = sorted(values, key=lambda m: values[m], reverse=higher_is_better)
+    rows = []
+    for i, (a, b) in enumerate(zip(order, order[1:]), 1):
+        gap = abs(values[b] - values[a])
+        std = gap_std(noise_std, sketches[a], sketches[b])
+        p = pair_confidence(gap, std)
+        rows.append((i, a, b, gap, std, p, bool(std == 0 or gap >= z * std)))
+    columns = ["rank", "model", "next", "gap", "noise_std", "p_order", "resolved"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def order_confidence(
+    values: Mapping[str, float],
+    sketches: Mapping[str, np.ndarray],
+    noise_std: float,
+    *,
+    higher_is_better: bool = False,
+    draws: int = ORDER_DRAWS,
+    seed: int = 0,
+) -> float:
+    """The probability that the noiseless sketch orders every model as observed: each
+    adjacent gap g_i keeps its sign when its noise e (jointly N(0, C), C_ij = 4 sigma^2
+    (t_a - t_b) . (t_c - t_d)) is taken off. A Monte Carlo estimate of ``draws`` draws
+    (seeded: the same inputs give the same number)."""
+    order = sorted(values, key=lambda m: values[m], reverse=higher_is_better)
+    if len(order) < 2 or noise_std == 0:
+        return 1.0
+    diffs = np.array(
+        [np.asarray(sketches[b]) - np.asarray(sketches[a]) for a, b in zip(order, order[1:])]
+    )
+    cov = 4.0 * noise_std**2 * diffs @ diffs.T
+    gaps = np.array([abs(values[b] - values[a]) for a, b in zip(order, order[1:])])
+    noise = np.random.default_rng(seed).multivariate_normal(
+        np.zeros(len(gaps)), cov, size=draws, method="eigh"
+    )
+    return float(np.mean(np.all(gaps - noise > 0, axis=1)))
+
+
+def ranking_confidence(
+    pooled, model_sketches: Mapping[str, np.ndarray], table: pd.DataFrame, level: float = LEVEL
+) -> dict:
+    """The confidence of a ``kd_sketch`` table's ``all`` and ``avg`` rankings: ``pairs``
+    (:func:`confidence_table` of each, with columns ``aggregation`` and ``level``),
+    ``order`` (aggregation -> :func:`order_confidence`) and ``level``. ``pooled`` is the
+    pooled reference ``Sketch`` (its ``noise_std`` is that of ``avg`` too: sum_i lambda_i
+    eta_i is the pooled noise), ``model_sketches`` every model's mean sketch t."""
+    parts, order = [], {}
+    for agg in sorted({"all", "avg"} & set(table.aggregation)):
+        rows = table[(table.aggregation == agg) & (table.metric == "kd_sketch")]
+        values = dict(zip(rows.model, rows.value))
+        pairs = confidence_table(values, model_sketches, pooled.noise_std, level=level)
+        parts.append(pairs.assign(aggregation=agg, level=level))
+        order[agg] = order_confidence(values, model_sketches, pooled.noise_std)
+    return {"pairs": pd.concat(parts, ignore_index=True), "order": order, "level": level}
+
+
+def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float = LEVEL):
+    """(the ``kd_sketch`` table of ``models`` from the sites' sketches, unbiased
+    (``metrics.scoring.score_sketches``), its metadata): the options, the map, the
+    extractor, every site's privacy, the raw values and :func:`ranking_confidence`
+    (``meta["confidence"]``, its pairs as records, which :func:`write_confidence`
+    writes beside the table)."""
+    from distrank.metrics.options import ScoreOptions
+    from distrank.metrics.scoring import score_sketches
+    from distrank.metrics.sketch.maps import FeatureMap, pool
+
+    table, raw = score_sketches(sites, models), score_sketches(sites, models, raw=True)
+    pooled = pool(list(sites.values()))
+    m, first = pooled.meta, next(iter(sites.values())).meta
+    fmap = FeatureMap(m["input_dim"], m["dim"], m["bandwidth"], m["seed"])
+    t = {name: fmap.sketch(y).mean for name, y in models.items()}
+    conf = ranking_confidence(pooled, t, table, level)
+    noisy = sorted(name for name, s in sites.items() if s.noise_std)
+    options = ScoreOptions(
+        metrics=("kd_sketch",),
+        kernel="rbf",
+        kernel_params={"bandwidth": m["bandwidth"]},
+        seed=int(m["seed"]),
+        dtype="float64",
+    )
+    kept = raw[raw.aggregation != "client"]
+    meta = {
+        "options": options.as_dict(),
+        "extractor": first.get("extractor"),
+        "sketch": {
+            "map": {
+                k: first.get(k)
+                for k in (
+                    "kernel",
+                    "dim",
+                    "seed",
+                    "bandwidth",
+                    "input_dim",
+                    "weights",
+                    "map_sha256",
+                )
+            },
+            "sites": {
+                name: {k: s.meta.get(k) for k in ("epsilon", "delta", "noise_std")} | {"n": s.n}
+                for name, s in sites.items()
+            },
+            "noise": "none"
+            if not noisy
+            else ("every site" if len(noisy) == len(sites) else f"sites {noisy} only"),
+            "pooled_noise_std": pooled.noise_std,
+            "bias_removed": bias(pooled.n, m["dim"], pooled.noise_std),
+            "raw": [
+                {"model": r.model, "aggregation": r.aggregation, "value": r.value}
+                for r in kept.itertuples()
+            ],
+            "note": "values are unbiased: the expected excess n / (n - 1) D sigma^2 of each "
+            "noisy sketch is removed (the same for every model); raw holds them before. A "
+            "noisy sketch moves each model's value by -2 eta . t, which differs between "
+            "models: the confidence says which pairs that can reorder.",
+        },
+        "confidence": {
+            "level": conf["level"],
+            "order": conf["order"],
+            "pairs": conf["pairs"].to_dict(orient="records"),
+        },
+    }
+    return table, meta
+
+
+def confidence_path(out):
+    """Where the pairs go beside a table: ``scores.csv`` -> ``scores.confidence.csv``."""
+    from pathlib import Path
+
+    out = Path(out)
+    return out.with_name(f"{out.stem}.confidence.csv")
+
+
+def write_confidence(meta: Mapping, out) -> None:
+    """The confidence pairs of ``meta`` (:func:`rank_sketches`) as CSV beside ``out``."""
+    from distrank._io import atomic_path
+
+    with atomic_path(confidence_path(out)) as tmp:
+        pd.DataFrame(meta["confidence"]["pairs"]).to_csv(tmp, index=False)
+
+
+def released_std(
+    sizes: Sequence[int], *, epsilon: float, delta: float, secure: bool = False, threshold: int = 0
+) -> float:
+    """The per-entry noise std of the pooled sketch of sites of ``sizes`` rows, each of
+    (``epsilon``, ``delta``): plain sketches 2 z sqrt(k) / n; a secure sum 2 z sqrt(k / t)
+    / n over the k sites, t the threshold (module doc)."""
+    from distrank.metrics.privacy import noise_multiplier
+
+    z = noise_multiplier(epsilon=epsilon, delta=delta)
+    k, n = len(sizes), sum(int(s) for s in sizes)
+    share = k / threshold if secure else k
+    return 2.0 * z * math.sqrt(share) / n
+
+
+def plan(
+    sketches: Mapping[str, np.ndarray],
+    sizes: Sequence[int],
+    *,
+    epsilon: float,
+    delta: float,
+    level: float = LEVEL,
+    secure: bool = False,
+    threshold: int = 0,
+    target_gap: float | None = None,
+) -> pd.DataFrame:
+    """Before spending: for every pair of models (from their public sketches), the
+    distance of their sketches, the noise std of their KD gap and the smallest gap
+    resolved at ``level``; with ``target_gap``, what would resolve that gap at ``level``:
+    the epsilon (at ``delta``, the same sites) and the rows per site (the same epsilon, k
+    sites of equal size). Sorted hardest pair first."""
+    from distrank.metrics.privacy import epsilon_spent, noise_multiplier
+
+    sigma = released_std(sizes, epsilon=epsilon, delta=delta, secure=secure, threshold=threshold)
+    z_level, k, n = z_of(level), len(sizes), sum(int(s) for s in sizes)
+    root_share = math.sqrt(k / threshold if secure else k)
+    z = noise_multiplier(epsilon=epsilon, delta=delta)
+    names, rows = list(sketches), []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            diff = float(np.linalg.norm(np.asarray(sketches[a]) - np.asarray(sketches[b])))
+            row = {"model": a, "other": b, "sketch_distance": diff}
+            row |= {
+                "gap_noise_std": 2.0 * sigma * diff,
+                "smallest_resolved_gap": z_level * 2 * sigma * diff,
+            }
+            if target_gap is not None:
+                # resolved when z_level * 2 * (2 z' root_share / n') * diff <= target_gap
+                need = 4.0 * z_level * root_share * diff / target_gap  # = z' / n'
+                z_new = n / need if diff else math.inf
+                row["epsilon_for_target"] = (
+                    epsilon_spent(noise_multiplier=z_new, n_releases=1, delta=delta)
+                    if math.isfinite(z_new)
+                    else 0.0
+                )
+                row["rows_per_site_for_target"] = math.ceil(z * need / k)
+            rows.append(row)
+    return pd.DataFrame(rows).sort_values("gap_noise_std", ascending=False, ignore_index=True)
