@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_sketch.py [--quick]         # sketch vs exact, side by side
     .venv/bin/python bench/bench_sketch.py --tensorsketch [--quick] [--features DIR]
+    .venv/bin/python bench/bench_sketch.py --memory [--images 200] [--dim 4096]
 
 Default stage: the same rows (a reference and ``--models`` models of rectified Gaussian
 2048-d features, like Inception's pool3) scored two ways, each in its own subprocess
@@ -15,6 +16,12 @@ median heuristic on the reference. Prints the ratio and the sketch's error.
 KID (``kernel_sums``, poly kernel, U-statistic) on synthetic features and, where
 ``--features`` holds a pipeline's ``reference.npz`` and ``model_*.npz``, on those:
 relative KD error (median and max over the models) and Kendall's tau of the ranking.
+
+``--memory``: what one site's ``distrank sketch`` costs, a whole process: ``--images``
+random 28 x 28 grayscale PNGs sketched at ``--dim`` (EfficientNet-Lite0 features, onnx),
+from an empty folder with its own HOME (a fresh user cache), twice: the first run exports
+the network to ONNX (torch loaded), the second finds the export; peak RSS of each
+process (``getrusage(RUSAGE_CHILDREN)`` after each run alone) and its wall time.
 """
 
 from __future__ import annotations
@@ -188,6 +195,49 @@ def tensorsketch(args) -> None:
         error_table(f"features in {features}", ref, models, dims, args.seeds)
 
 
+def memory(args) -> None:
+    """``--memory``: two ``distrank sketch`` processes on the same PNGs (module doc)."""
+    import tempfile
+
+    from PIL import Image
+
+    distrank = Path(sys.executable).with_name("distrank")
+    with tempfile.TemporaryDirectory(prefix="bench-sketch-memory-") as tmp:
+        root = Path(tmp)
+        images, here, home = root / "images", root / "here", root / "home"
+        for folder in (images, here, home):
+            folder.mkdir()
+        rng = np.random.default_rng(0)
+        for i in range(args.images):
+            pixels = (rng.random((28, 28)) ** 2 * 255).astype(np.uint8)
+            Image.fromarray(pixels, "L").save(images / f"{i:05d}.png")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISTRANK_")}
+        env |= {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "DISTRANK_QUIET": "1"}
+        command = [str(distrank), "sketch", "--reference", str(images), "--dim", str(args.dim)]
+        command += ["--seed", "1", "--bandwidth", "12.5", "--no-cache"]
+        print(f"distrank sketch of {args.images} PNGs, D = {args.dim}, from an empty folder:")
+        for run in ("first (exports)", "second"):
+            # each run in a child of its own: RUSAGE_CHILDREN's maximum is then that run's
+            code = (
+                "import resource, subprocess, sys, time; t = time.perf_counter(); "
+                "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, "
+                "stderr=subprocess.DEVNULL); print(time.perf_counter() - t, "
+                "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+            )
+            out = command + ["--out", str(here / f"{run.split()[0]}.sketch.npz")]
+            line = subprocess.run(
+                [sys.executable, "-c", code, *out],
+                cwd=here,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            print(f"  {run:16s} peak RSS {int(line[1]) / 1024:6.0f} MB, {float(line[0]):5.1f} s")
+        left = sorted(p.name for p in here.iterdir())
+        print(f"  files in the current folder: {left} (the two --out files only)")
+
+
 def _arguments(argv) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (~1 min)")
@@ -202,7 +252,11 @@ def _arguments(argv) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--features", default=str(FEATURES), help="a pipeline's features folder")
     p.add_argument("--side", choices=("sketch", "exact"), help=argparse.SUPPRESS)
+    p.add_argument("--memory", action="store_true", help="a site's distrank sketch, peak RSS")
+    p.add_argument("--images", type=int, default=200, help="--memory: PNGs (default 200)")
     args = p.parse_args(argv)
+    if args.memory and "--dim" not in (argv or sys.argv[1:]):
+        args.dim = 4096
     small = args.quick
     args.n = args.n or (2000 if small else 20000)
     args.m = args.m or (800 if small else 8000)
@@ -215,6 +269,8 @@ def main(argv=None) -> None:
     args = _arguments(argv)
     if args.side:
         run_side(args)
+    elif args.memory:
+        memory(args)
     elif args.tensorsketch:
         tensorsketch(args)
     else:
