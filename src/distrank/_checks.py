@@ -7,11 +7,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-
-
 #: The epsilons a Gaussian release may have (``metrics.privacy``: below, the noise swamps
 #: any KD; above, it is below float32 resolution; the calibration is checked across it).
 EPSILON_RANGE = (1e-3, 1e9)
+
 
 def positive_int(value, name: str, minimum: int = 1) -> int:
     """``value`` as an int, or a ValueError naming ``name`` unless it is an integer

@@ -285,3 +285,16 @@ def test_rank_writes_the_format_asked(consortium, tmp_path):
     assert main(["rank", "--sketch", *files, *models, "--out", str(md), "-q"]) == 0
     rows = re.findall(r"^\| (\w+) +\| +(-?[\d.e+-]+) \|", md.read_text(), flags=re.M)
     assert sorted(model for model, _ in rows) == sorted(MODELS)  # the all/avg markdown table
+
+
+def test_score_records_the_bandwidth_its_median_heuristic_chose(consortium, tmp_path):
+    """So that a sketch map (``distrank map --bandwidth``) can reuse it."""
+    root, models = consortium
+    x = np.concatenate([np.load(root / f"{s}.npz")["features"] for s in ("oslo", "paris")])
+    np.savez(tmp_path / "ref.npz", features=x, clients=np.repeat(["oslo", "paris"], 200))
+    out = tmp_path / "s.csv"
+    args = ["score", "--reference", str(tmp_path / "ref.npz"), *models[:4], "--out", str(out)]
+    assert main([*args, "--metric", "kd", "--kernel", "rbf", "-q"]) == 0
+    recorded = json.loads((tmp_path / "s.csv.meta.json").read_text())["bandwidth"]
+    assert recorded["value"] == pytest.approx(np.median(pdist(x - x.mean(0))), rel=1e-12)
+    assert recorded["from"] == "median heuristic on the pooled reference (seed 0)"

@@ -226,6 +226,12 @@ def scored(inputs, options, meta: dict, args):
 
     table = _on_inputs(score, inputs, options, args)
     meta["options"] = options.as_dict()
+    used = table.attrs.get("kernel_params", {})
+    if "bandwidth" in used and "bandwidth" not in (options.kernel_params or {}):
+        meta["bandwidth"] = {  # reusable, e.g. in a sketch map: `distrank map --bandwidth`
+            "value": used["bandwidth"],
+            "from": f"median heuristic on the pooled reference (seed {options.seed})",
+        }
     return table
 
 

@@ -128,7 +128,8 @@ def score(
     pandas.DataFrame
         The columns of :data:`distrank.metrics.table.COLUMNS`: model, metric,
         aggregation (``all``, ``avg``, ``client``), client (``str(label)``; ``""``
-        unless aggregation is ``client``) and value.
+        unless aggregation is ``client``) and value; ``attrs["kernel_params"]``: the
+        kernel's parameters as used (a median-heuristic bandwidth resolved).
 
     Raises
     ------
@@ -138,7 +139,9 @@ def score(
     """
     opts = score_options(options, **changes)
     inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
-    return table_of(inputs)
+    table = table_of(inputs)
+    table.attrs["kernel_params"] = dict(inputs.options.kernel_params or {})  # as resolved
+    return table
 
 
 def by_family(metrics: Sequence[str]) -> dict:
