@@ -113,9 +113,10 @@ def test_factors_with_zeros_skip_them_and_keep_the_values(monkeypatch):
     reversed Cholesky); the block products and Gram matrices that skip them, with 7
     columns a block here, give the nuclear-norm root (numpy's SVD) for every pair of
     structures, full factors (an ``eigh``'s) and factors of the other role included."""
+    import distrank.metrics.fd.bands as banded
     import distrank.metrics.fd.frechet as fd_module
 
-    monkeypatch.setattr(fd_module, "_STEP", 7)
+    monkeypatch.setattr(banded, "_STEP", 7)
     d = 30
     draws = [RNG.normal(size=(20, d)), RNG.normal(0.2, 1.3, size=(25, d))]
     draws += [RNG.normal(size=(200, d)), RNG.normal(0.5, 0.8, size=(90, d))]  # n > d
@@ -143,7 +144,7 @@ def test_factors_with_zeros_skip_them_and_keep_the_values(monkeypatch):
     root = frechet_terms(refs, models).root
     cpu, made = torch.device("cpu"), fd_module._FACTORS
     bands = [made[s][cpu, False][1] for s in refs] + [made[s][cpu, True][1] for s in models]
-    lower, upper, full = fd_module.LOWER, fd_module._upper, fd_module.FULL
+    lower, upper, full = banded.LOWER, banded._upper, banded.FULL
     expected = [lower, upper(d, 20), lower, full]  # the references'
     expected += [upper(d, 25), upper(d, 25), upper(d, d), lower, full]  # the models'
     assert bands == expected

@@ -144,7 +144,7 @@ if TYPE_CHECKING:
 
 
 def resolve_device(device=None) -> torch.device:
-    """:func:`distrank._arrays.resolve_device` (imports torch on first call)."""
+    """``distrank._arrays.resolve_device`` (imports torch on first call)."""
     from distrank._arrays import resolve_device as resolve
 
     return resolve(device)

@@ -27,7 +27,7 @@ run by onnxruntime on the CPU). Preprocessing is the same code for both (numpy o
 the CPU); the ONNX graph holds only the network. Once exported, the onnx backend neither
 imports torch nor builds the network (about 700 MB of a process's memory): the module is
 built on first use of :attr:`EfficientNetLite0Extractor.model`, and the resize matrices
-of each input size are kept beside the export (:func:`~distrank.features.preprocess.stored_resize_matrices`).
+of each input size are kept beside the export (``features.preprocess.stored_resize_matrices``).
 """
 
 from __future__ import annotations

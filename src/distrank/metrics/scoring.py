@@ -232,10 +232,9 @@ def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray], *, raw: boo
     size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
     the sketches' metadata, which must agree. A noisy sketch's values are unbiased: the
     expected excess n / (n - 1) D sigma^2 of its noise is removed
-    (``metrics.sketch.confidence.bias``; the same for every model), unless ``raw``."""
+    (``metrics.sketch.maps.bias``; the same for every model), unless ``raw``."""
     from distrank.clients import client_weights
-    from distrank.metrics.sketch.confidence import bias
-    from distrank.metrics.sketch.maps import FeatureMap, pool, sketch_kd
+    from distrank.metrics.sketch.maps import FeatureMap, bias, pool, sketch_kd
 
     pooled, values = pool(list(sites.values())), {}  # checks that the maps agree
     first = pooled.meta

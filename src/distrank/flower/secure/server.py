@@ -195,8 +195,9 @@ def pooled_confidence(table, pooled, models: Mapping, plan: Plan, meta: dict):
     """The table with ``kd_sketch``'s values unbiased (the pooled sketch's noise excess
     removed), and in ``meta`` the raw values and the confidence of its ranking
     (``metrics.sketch.confidence``)."""
-    from distrank.metrics.sketch.confidence import bias, ranking_confidence
+    from distrank.metrics.sketch.confidence import ranking_confidence
     from distrank.metrics.sketch.family import plan_map
+    from distrank.metrics.sketch.maps import bias
 
     rows = table.metric == "kd_sketch"
     excess = bias(pooled.n, pooled.meta["dim"], pooled.noise_std)

@@ -46,15 +46,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
+from distrank.metrics.sketch.maps import bias
+
 #: the level at which a pair is called resolved unless the caller says otherwise
 LEVEL = 0.95
 #: draws of the whole order's Monte Carlo estimate (its standard error <= 0.0016)
 ORDER_DRAWS = 100_000
-
-
-def bias(n: int, dim: int, noise_std: float) -> float:
-    """The expected excess of a noisy sketch's KD: n / (n - 1) D sigma^2 (module doc)."""
-    return n / (n - 1) * dim * noise_std**2 if noise_std else 0.0
 
 
 def unbiased(raw: float, n: int, dim: int, noise_std: float) -> float:
@@ -63,12 +60,12 @@ def unbiased(raw: float, n: int, dim: int, noise_std: float) -> float:
 
 
 def gap_std(noise_std: float, t_a: np.ndarray, t_b: np.ndarray) -> float:
-    """The noise std of the KD gap of two models: 2 sigma |t_a - t_b|."""
+    """The noise std of the KD gap of two models: ``2 sigma |t_a - t_b|``."""
     return 2.0 * noise_std * float(np.linalg.norm(np.asarray(t_a) - np.asarray(t_b)))
 
 
 def pair_confidence(gap: float, std: float) -> float:
-    """Phi(|gap| / std): the probability that the noiseless order of the pair is the
+    """``Phi(|gap| / std)``: the probability that the noiseless order of the pair is the
     observed one (1 without noise)."""
     return 1.0 if std == 0 else float(ndtr(abs(gap) / std))
 

@@ -148,6 +148,12 @@ def sketch_kd(reference: Sketch, model: Sketch) -> float:
     return float(_self_term(s, reference.n) + _self_term(t, model.n) - 2.0 * s @ t)
 
 
+def bias(n: int, dim: int, noise_std: float) -> float:
+    """The expected excess of a noisy sketch's KD over the noiseless one: n / (n - 1) D
+    sigma^2, the same for every model (``metrics.sketch.confidence``)."""
+    return n / (n - 1) * dim * noise_std**2 if noise_std else 0.0
+
+
 def _self_term(mean: np.ndarray, n: int) -> float:
     if n < 2:
         raise ValueError(f"a sketch of {n} row: the U-statistic needs at least 2")
