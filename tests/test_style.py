@@ -70,3 +70,18 @@ def test_scripts_only_wire_files_to_functions():
         if len(text.splitlines()) > 20 or defined:
             bad.append(f"{path.name}: {len(text.splitlines())} lines, defines {defined}")
     assert not bad, bad
+
+
+#: the most lines a module of the package or the benchmarks may have: a longer one is split
+#: into rooms (metrics.fd.bands from frechet, experiments.sketch_forms from E11)
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_over_450_lines():
+    too_long = {
+        str(path.relative_to(REPO)): n
+        for root in ("src", "bench")
+        for path in sorted((REPO / root).rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them): {too_long}"
