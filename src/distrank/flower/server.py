@@ -34,6 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from distrank.flower.federation import RunSettings, gather
 from distrank.flower.messages import SiteReply, encode_request
+from distrank.metrics.registry import models_free
 
 app = ServerApp()
 
@@ -126,7 +127,7 @@ def main(grid: Grid, context: Context) -> None:
 
     settings = RunSettings.from_run_config(context.run_config)
     models = {name: load_features(path) for name, path in settings.models.items()}
-    sketching = settings.options["metrics"] == ["kd_sketch"]  # no model goes down
+    sketching = models_free(settings.options["metrics"])  # no model goes down
     replies = gather(
         grid,
         encode_request({} if sketching else models, settings.options),

@@ -90,11 +90,12 @@ def check_plain(policy, request: RecordDict):
     """(models, options, want_stats, path, block -> sensitivity ({} without noise)) of a
     plain request, from the request and the policy only; Refused or ValueError."""
     from distrank.metrics.options import score_options
+    from distrank.metrics.registry import models_free
     from distrank.metrics.sketch.family import SketchSum
 
     models, options, want_stats = decode_request(request)
     opts = score_options(options)
-    sketching = list(opts.metrics) == ["kd_sketch"] and not models  # sketch mode
+    sketching = models_free(opts.metrics) and not models  # sketch mode
     path = "sketch" if sketching else "scores"
     policy.allow(path, opts.metrics)
     if sketching and (opts.kernel != "rbf" or "bandwidth" not in (opts.kernel_params or {})):

@@ -53,7 +53,9 @@ class Metric:
     conditions under which ``avg`` stands in for ``all`` (a ``SAFE`` metric);
     ``pooled_from``, what its ``all`` needs beyond the clients' scores ("" : nothing
     the clients can share). ``spreads``: the row keys it adds that are spreads, not
-    scores (no ``avg``, never ranked by).
+    scores (no ``avg``, never ranked by). ``needs_models``: False for a metric whose
+    sites release something that scores any model later (a sketch): Flower sends such a
+    run no model, and a sketch table's report reads the confidence of its noise.
     """
 
     key: str
@@ -70,6 +72,7 @@ class Metric:
     provided: str = ""
     pooled_from: str = ""
     spreads: tuple[str, ...] = ()
+    needs_models: bool = True
 
     def verdict(self, options: Mapping | None) -> tuple[str, str]:
         """(``SAFE``/``EXACT``/``NOT_GUARANTEED``, why) of ``avg`` standing in for ``all``

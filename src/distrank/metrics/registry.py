@@ -100,6 +100,12 @@ def spread_keys() -> frozenset[str]:
     return frozenset(s for m in METRICS.values() for s in m.spreads)
 
 
+def models_free(metrics) -> bool:
+    """Whether ``metrics`` (keys) need no model at the sites (``Metric.needs_models``:
+    sketch mode, where each site releases what scores any model later)."""
+    return bool(metrics) and not any(METRICS[m].needs_models for m in metrics)
+
+
 def uses_kernel(metrics) -> bool:
     """Whether any of ``metrics`` (keys) is computed with KD's kernel (its family's
     ``uses_kernel``): the scorer then builds the kernel, secure mode bounds it."""

@@ -35,7 +35,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from distrank.flower.masks import GENERATOR
 from distrank.flower.messages import encode_request
-from distrank.metrics.registry import METRICS, uses_kernel
+from distrank.metrics.registry import METRICS, models_free, uses_kernel
 
 if TYPE_CHECKING:
     from distrank.flower.federation import RunSettings
@@ -305,8 +305,9 @@ def noise_room(plan: Plan, options, secure: SecureSettings) -> tuple[tuple[str, 
 
 
 def sketch_only(metrics) -> bool:
-    """Whether a run releases the pooled sketch alone (``kd_sketch``): no model goes down."""
-    return tuple(metrics) == ("kd_sketch",)
+    """Whether a run's metrics need no model at the sites (``Metric.needs_models``): the
+    sites release their sketches' sum alone and no model goes down."""
+    return models_free(metrics)
 
 
 def public_centre(models: Mapping) -> np.ndarray:

@@ -37,6 +37,7 @@ from distrank.flower.secure.plan import (
     public_centre,
     split,
 )
+from distrank.metrics.registry import METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,7 +86,7 @@ def main(grid: Grid, context: Context) -> None:
     meta = secure_meta(settings, secure, included, attested, noise)
     with atomic_path(bounds_path(settings.out)) as tmp:
         bounds.to_csv(tmp, index=False)
-    if "kd_sketch" in plan.metrics:  # the pooled sketch ranks later models too
+    if any(not METRICS[m].needs_models for m in plan.metrics):  # a pooled sketch: later models too
         pooled = write_pooled_sketch(total, len(included), plan, noise, sketch_path(settings.out))
         table = pooled_confidence(table, pooled, models, plan, meta)
     score_table.write(table, settings.out, meta, "csv")
