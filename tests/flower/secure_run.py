@@ -22,6 +22,19 @@ from distrank.flower.server import main as server_main
 
 STAGES = ["query", *Stage.all(), "never"]
 BOUND = 12.0  # > every row norm of the conftest features (max ~8.5)
+#: a request's scorer options: KD through the rbf kernel of bandwidth 3, in float64
+RBF_KD = {
+    "metrics": ["kd"],
+    "kernel": "rbf",
+    "kernel_params": {"bandwidth": 3.0},
+    "kd_estimator": "unbiased",
+    "n_subsets": 100,
+    "subset_size": 1000,
+    "seed": 0,
+    "pr_k": 3,
+    "dc_k": 5,
+    "dtype": "float64",
+}
 
 
 def stage_of(msg: Message) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from dp_accounting import get_sigma_gaussian
-from secure_run import BOUND, run_secure, save
+from secure_run import BOUND, RBF_KD, run_secure, save
 
 from distrank.flower.federation import FederationError
 from distrank.flower.ledger import Ledger
@@ -28,18 +28,7 @@ from distrank.flower.secure.server import bounds_path
 from distrank.flower.site import score_site
 from distrank.metrics.table import meta_path
 
-OPTIONS = {
-    "metrics": ["kd"],
-    "kernel": "rbf",
-    "kernel_params": {"bandwidth": 3.0},
-    "kd_estimator": "unbiased",
-    "n_subsets": 100,
-    "subset_size": 1000,
-    "seed": 0,
-    "pr_k": 3,
-    "dc_k": 5,
-    "dtype": "float64",
-}
+OPTIONS = RBF_KD
 NOISE = {"epsilon": 1.0, "delta": 1e-5}
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from flwr.app import Message
 from flwr.serverapp import Grid
+from secure_run import RBF_KD
 from textkit import visible_lines
 
 from distrank.flower import APP_DIR
@@ -32,17 +33,10 @@ from distrank.flower.site import score_site
 from distrank.metrics import score
 from distrank.metrics.fd.frechet import gaussian_stats
 
-OPTIONS = {
+OPTIONS = RBF_KD | {  # every metric, through KID's polynomial kernel
     "metrics": ["kd", "fd", "precision", "recall", "density", "coverage"],
     "kernel": "poly",
     "kernel_params": {},
-    "kd_estimator": "unbiased",
-    "n_subsets": 100,
-    "subset_size": 1000,
-    "seed": 0,
-    "pr_k": 3,
-    "dc_k": 5,
-    "dtype": "float64",
 }
 KEY = ["model", "metric", "aggregation", "client"]
 

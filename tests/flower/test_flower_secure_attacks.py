@@ -28,6 +28,7 @@ from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_
 from scipy import stats
 from secure_run import (
     BOUND,
+    RBF_KD,
     STAGES,
     flower_sum,
     private_masks_removed,
@@ -344,18 +345,7 @@ def test_the_released_kd_avg_carries_the_calibrated_noise(federation):
     sampling interval, and its mean is the exact KD_avg. sigma is the Gaussian mechanism
     of (1, 1e-5) for the sum's L2 sensitivity 4 sqrt(M) (M = 2 models, rbf)."""
     sites, models = federation
-    options = {
-        "metrics": ["kd"],
-        "kernel": "rbf",
-        "kernel_params": {"bandwidth": 3.0},
-        "kd_estimator": "unbiased",
-        "n_subsets": 100,
-        "subset_size": 1000,
-        "seed": 0,
-        "pr_k": 3,
-        "dc_k": 5,
-        "dtype": "float64",
-    }
+    options = RBF_KD
     plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, threshold=2)
     plan, stds = site_noise(plan, models, options)
     exact = [secure_site.site_vector(x, models, options, plan, None) for x in sites.values()]
@@ -392,9 +382,7 @@ def test_colluders_raise_each_honest_sites_share(federation):
     site of a policy with ``colluders`` c adds sigma^2 / (t - c), so the t - c honest
     sites alone carry sigma^2; a threshold that leaves no honest site is refused."""
     sites, models = federation
-    options = {"metrics": ["kd"], "kernel": "rbf", "kernel_params": {"bandwidth": 3.0}}
-    options |= {"kd_estimator": "unbiased", "n_subsets": 100, "subset_size": 1000, "seed": 0}
-    options |= {"pr_k": 3, "dc_k": 5, "dtype": "float64"}
+    options = RBF_KD
     plan = secure.Plan(tuple(models), ("kd",), 6, "size", BOUND, 1000, 1.0, threshold=3)
     sigma = get_sigma_gaussian(1.0, 1e-5) * 4 * math.sqrt(2)
     for c in (0, 1, 2):

@@ -162,39 +162,32 @@ def even_positive(text: str) -> int:
     return value
 
 
+def _number(text: str, ok, expected: str) -> float:
+    """``float(text)`` if ``ok`` of it (NaN fails), else argparse's error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def epsilon_value(text: str) -> float:
     """An epsilon of a Gaussian release, within ``metrics.privacy.EPSILON_RANGE``."""
     from distrank._checks import EPSILON_RANGE
 
     low, high = EPSILON_RANGE
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not low <= value <= high:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"expected a number in [{low:g}, {high:g}], got {text!r}")
-    return value
+    return _number(text, lambda v: low <= v <= high, f"a number in [{low:g}, {high:g}]")
 
 
 def open_unit(text: str) -> float:
     """A number in (0, 1): a delta, a level."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return value
+    return _number(text, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return _number(text, lambda v: math.isfinite(v) and v > 0, "a positive number")
 
 
 def positive(text: str) -> int:

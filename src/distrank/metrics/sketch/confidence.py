@@ -77,15 +77,20 @@ def z_of(level: float) -> float:
     return float(ndtri(level))
 
 
+def _adjacent(values: Mapping[str, float]) -> list[tuple[str, str]]:
+    """The adjacent pairs (a, b) of the order of ``values``, lowest (best KD) first."""
+    order = sorted(values, key=lambda m: values[m])
+    return list(zip(order, order[1:]))
+
+
 def confidence_table(
     values: Mapping[str, float],
     sketches: Mapping[str, np.ndarray],
     noise_std: float,
     *,
     level: float = LEVEL,
-    higher_is_better: bool = False,
 ) -> pd.DataFrame:
-    """Per adjacent pair of the observed order (best first): ``rank``, ``model``,
+    """Per adjacent pair of the observed order (lowest KD first): ``rank``, ``model``,
     ``next`` (the model ranked after it), ``gap`` (>= 0, in the metric's units),
     ``noise_std`` of the gap, ``p_order`` (:func:`pair_confidence`) and ``resolved`` (at
     ``level``).
@@ -93,14 +98,11 @@ def confidence_table(
     ``values``: model -> observed value; ``sketches``: model -> its mean sketch t;
     ``noise_std``: the per-entry noise std of the reference sketch.
     """
-    z = z_of(level)
-    order = sorted(values, key=lambda m: values[m], reverse=higher_is_better)
-    rows = []
-    for i, (a, b) in enumerate(zip(order, order[1:]), 1):
-        gap = abs(values[b] - values[a])
+    z, rows = z_of(level), []
+    for i, (a, b) in enumerate(_adjacent(values), 1):
+        gap = values[b] - values[a]
         std = gap_std(noise_std, sketches[a], sketches[b])
-        p = pair_confidence(gap, std)
-        rows.append((i, a, b, gap, std, p, bool(std == 0 or gap >= z * std)))
+        rows.append((i, a, b, gap, std, pair_confidence(gap, std), bool(gap >= z * std)))
     columns = ["rank", "model", "next", "gap", "noise_std", "p_order", "resolved"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -110,7 +112,6 @@ def order_confidence(
     sketches: Mapping[str, np.ndarray],
     noise_std: float,
     *,
-    higher_is_better: bool = False,
     draws: int = ORDER_DRAWS,
     seed: int = 0,
 ) -> float:
@@ -118,14 +119,12 @@ def order_confidence(
     adjacent gap g_i keeps its sign when its noise e (jointly N(0, C), C_ij = 4 sigma^2
     (t_a - t_b) . (t_c - t_d)) is taken off. A Monte Carlo estimate of ``draws`` draws
     (seeded: the same inputs give the same number)."""
-    order = sorted(values, key=lambda m: values[m], reverse=higher_is_better)
-    if len(order) < 2 or noise_std == 0:
+    pairs = _adjacent(values)
+    if not pairs or noise_std == 0:
         return 1.0
-    diffs = np.array(
-        [np.asarray(sketches[b]) - np.asarray(sketches[a]) for a, b in zip(order, order[1:])]
-    )
+    diffs = np.array([np.asarray(sketches[b]) - np.asarray(sketches[a]) for a, b in pairs])
     cov = 4.0 * noise_std**2 * diffs @ diffs.T
-    gaps = np.array([abs(values[b] - values[a]) for a, b in zip(order, order[1:])])
+    gaps = np.array([values[b] - values[a] for a, b in pairs])
     noise = np.random.default_rng(seed).multivariate_normal(
         np.zeros(len(gaps)), cov, size=draws, method="eigh"
     )
