@@ -45,8 +45,13 @@ if config["study"] in ("default", "inception"):
 check_resources()
 
 
+# What the study cost (results/<study>/cost.md), from every job's benchmark file; last.
+include: "workflow/rules/cost.smk"
+
+
 rule all:
     default_target: True
     input:
         all_outputs(),
         STUDY_TARGETS,
+        rules.cost.output,

@@ -43,6 +43,26 @@ def test_second_run_has_nothing_to_do(study, run_tiny):
     assert "Nothing to be done" in run.stdout
 
 
+def test_cost_sums_every_benchmark_file_and_names_the_machine(study):
+    """results/<study>/cost.csv against benchmarks/<study>/: one job per benchmark file,
+    the totals their sums, the critical path a chain ending in a final output's job."""
+    from distrank.experiments import cost
+
+    files = sorted((study / "benchmarks/tiny").rglob("*.tsv"))
+    measured = [cost.read_benchmark(p) for p in files]
+    rows = pd.read_csv(study / "results/tiny/cost.csv").set_index("rule")
+    total = rows.loc["total"]
+    assert total["jobs"] == len(files) == rows.drop("total")["jobs"].sum()
+    assert total["wall_s"] == pytest.approx(sum(b.wall for b in measured), abs=0.01 * len(files))
+    assert total["cpu_s"] == pytest.approx(sum(b.cpu for b in measured), abs=0.01 * len(files))
+    assert 0 < total["critical_path_s"] <= total["wall_s"]
+    assert rows.drop("total")["critical_path_s"].sum() == pytest.approx(
+        total["critical_path_s"], abs=0.05
+    )
+    page = (study / "results/tiny/cost.md").read_text()
+    assert "logical CPUs" in page and f"**{len(files)} jobs**" in page
+
+
 def test_kd_gap_is_the_same_for_every_model(study):
     """Theorem 1 on finite samples: KD_avg - KD_all does not depend on the model."""
     e1 = table(study, "E1_kd_consistency")
