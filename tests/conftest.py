@@ -146,6 +146,117 @@ def blocked_sockets(_no_network) -> list[str]:
     return _VIOLATIONS
 
 
+# --- parallel runs (pytest-xdist) ---------------------------------------------------------------
+# pyproject's addopts run the suite on two workers (-n 2 --dist loadgroup). A fixture shared
+# beyond one test is built once per worker that uses it, so the tests that share an expensive
+# one go to one worker as a group: the snakemake studies and the SLURM cluster (one per
+# machine: fixed ports and state folder), the documentation build, and each module's
+# (package's) module- (package-) scoped fixtures. Every other test is scheduled on its own.
+#
+# The groups travel by file, not by xdist_group marks: xdist 3.8 marks a group by appending
+# "@group" to the node id, which pytest 9.2's structured node ids ignore
+# (pytest-dev/pytest-xdist#1386), so every test would be scheduled alone. Each worker writes
+# {node id: group} of its collection to a folder the controller names, and the controller's
+# scheduler (loadgroup's, with that map) reads it once all workers have collected.
+
+#: session fixtures too costly to build twice -> the group of every test that requests them
+SHARED_SESSION_FIXTURES = {
+    "slurm_cluster": "small-study",  # whose last test also needs small_clean
+    "small_clean": "small-study",
+    "tiny_study": "tiny-study",
+    "build": "docs-site",  # sphinx, once; `site` serves it
+}
+GROUPS_DIR = "distrank_xdist_groups"  # the workerinput key: where workers write their groups
+
+
+def _requested_fixtures(item) -> dict:
+    """The fixtures `item` asks for (its arguments, usefixtures, and what those ask for;
+    not the autouse fixtures of its scope): name -> the FixtureDef that serves it."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return {}
+    defs = info.name2fixturedefs
+    todo = list(info.argnames)
+    todo += [name for mark in item.iter_markers("usefixtures") for name in mark.args]
+    found = {}
+    while todo:
+        name = todo.pop()
+        if name in found or not defs.get(name):
+            continue
+        found[name] = defs[name][-1]
+        todo.extend(found[name].argnames)
+    return found
+
+
+def xdist_group(item) -> str | None:
+    """The group of tests that must run on `item`'s worker, or None (any worker)."""
+    for mark in item.iter_markers("xdist_group"):  # a test's own mark comes first
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    fixtures = _requested_fixtures(item)
+    for name, group in SHARED_SESSION_FIXTURES.items():
+        if name in fixtures:
+            return group
+    packages = sorted(f.baseid for f in fixtures.values() if f.scope == "package")
+    if packages:
+        return packages[0]
+    if any(fixture.scope in ("module", "class") for fixture in fixtures.values()):
+        return str(item.path.relative_to(REPO))
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    folder = getattr(config, "workerinput", {}).get(GROUPS_DIR)
+    if folder:  # an xdist worker: tell the controller's scheduler the groups
+        import json
+
+        groups = {item.nodeid: xdist_group(item) for item in items}
+        path = Path(folder) / f"{config.workerinput['workerid']}.json"
+        path.with_suffix(".tmp").write_text(json.dumps({k: v for k, v in groups.items() if v}))
+        path.with_suffix(".tmp").replace(path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(xdist controller) the folder that each worker writes its groups to."""
+    import tempfile
+
+    config = node.config
+    if not hasattr(config, "_distrank_groups"):
+        config._distrank_groups = tempfile.mkdtemp(prefix="distrank-xdist-groups-")
+    node.workerinput[GROUPS_DIR] = config._distrank_groups
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """(xdist controller) --dist loadgroup with the workers' groups (see above)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    import json
+
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileGroupScheduling(LoadGroupScheduling):
+        groups: dict[str, str] = {}
+
+        def schedule(self):
+            if self.collection is None and hasattr(config, "_distrank_groups"):
+                for path in sorted(Path(config._distrank_groups).glob("*.json")):
+                    self.groups = {**json.loads(path.read_text()), **self.groups}
+            super().schedule()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FileGroupScheduling(config, log)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if hasattr(config, "_distrank_groups"):
+        shutil.rmtree(config._distrank_groups, ignore_errors=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
     # A selection that collects no test is not a failure of the suite.
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
