@@ -44,6 +44,32 @@ def test_samples_are_byte_identical_under_a_seed(tmp_path, state):
     assert empty.shape == (0, 28, 28) and none.shape == (0,)
 
 
+@pytest.mark.parametrize("guidance", [0.0, 1.0, 2.0])
+def test_a_small_batch_is_denoised_in_whole_network_calls(state, monkeypatch, guidance):
+    """A batch below 200 rows would pad every 200-row network call (E4's 300 images at
+    the study's batch of 64: 5 calls a step, not 3 or 2); rounded up to whole calls,
+    the samples are the same bytes whatever the batch (450 images: 200 + 200 + 50 or
+    400 + 50 rows)."""
+    from distrank.zoo import diffusion
+
+    calls = []
+    forward = diffusion.UNet.forward
+    monkeypatch.setattr(
+        diffusion.UNet,
+        "forward",
+        lambda self, x, t, y: calls.append(len(x)) or forward(self, x, t, y),
+    )
+    kw = {"seed": 4, "guidance": guidance, "sample_steps": 2}
+    small, _ = sample_diffusion(state, 300, batch_size=64, **kw)
+    per_step = 3 if guidance not in (0.0, 1.0) else 2  # 600 or 300 rows in 200-row calls
+    assert calls == [200] * per_step * 2
+    for batch in (7, 200, 400, 1000):
+        again, _ = sample_diffusion(state, 300, batch_size=batch, **kw)
+        assert again.tobytes() == small.tobytes(), batch
+    big = [sample_diffusion(state, 450, batch_size=b, **kw)[0] for b in (200, 400)]
+    assert big[0].tobytes() == big[1].tobytes()
+
+
 def test_labels_are_respected_and_checked(state):
     want = np.array([3, 3, 1, 0, 9])
     _, labels = sample_diffusion(state, 5, seed=0, labels=want, sample_steps=2)

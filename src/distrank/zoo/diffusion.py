@@ -239,7 +239,9 @@ def sample_diffusion(
     sample_steps : int
         DDIM steps from pure noise (t = 1) to the image (t = 0).
     batch_size : int
-        Images denoised together; it changes memory use, not the samples.
+        Images denoised together, rounded up to a multiple of the rows of one network
+        call (200): a smaller batch would only pad every call. It changes memory use,
+        not the samples.
 
     Returns
     -------
@@ -251,6 +253,7 @@ def sample_diffusion(
         raise ValueError(f"argument 'sample_steps' must be an int >= 1, got {sample_steps!r}")
     cfg = state["config"]
     labels = sample_labels(labels, n, cfg["n_classes"])
+    batch_size = -(-batch_size // _CHUNK) * _CHUNK  # whole network calls
     with torch_session(seed, threads):
         net = UNet(cfg["n_classes"], cfg["width"], cfg["side"])
         net.load_state_dict(state["generator"])
