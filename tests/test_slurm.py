@@ -138,10 +138,15 @@ def assert_completed_in_slurm(
     return {j: jobs[j] for j in job_ids}
 
 
+#: what a study writes of its own run: its timings (distrank.experiments.cost), never alike
+TIMINGS = {"cost.md", "cost.csv"}
+
+
 def differing_files(a: Path, b: Path) -> list[str]:
-    """Relative paths of files present in only one tree or with different bytes."""
-    files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
-    files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    """Relative paths of files present in only one tree or with different bytes (a
+    study's own timings, :data:`TIMINGS`, aside)."""
+    files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.name not in TIMINGS}
+    files_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file() and p.name not in TIMINGS}
     different = files_a ^ files_b
     different |= {p for p in files_a & files_b if (a / p).read_bytes() != (b / p).read_bytes()}
     return sorted(map(str, different))

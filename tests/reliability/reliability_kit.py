@@ -82,11 +82,12 @@ def wait_for(path: Path, process: subprocess.Popen, *, timeout: float = RUN_TIME
 
 
 def study_files(workdir: Path) -> dict[str, bytes]:
-    """Every result, figure and feature file of the study, by relative path."""
+    """Every result, figure and feature file of the study, by relative path (not its
+    timings, ``cost.md`` and ``cost.csv``: what the run itself cost)."""
     files = {}
     for top in (f"results/{STUDY}", f"figures/{STUDY}"):
         for path in sorted((workdir / top).rglob("*")):
-            if path.is_file():
+            if path.is_file() and path.name not in ("cost.md", "cost.csv"):
                 files[str(path.relative_to(workdir))] = path.read_bytes()
     return files
 

@@ -65,7 +65,7 @@ def tiny_outputs(workdir):
         str(p.relative_to(workdir)): p.read_bytes()
         for top in ("results/tiny", "figures/tiny")
         for p in sorted((workdir / top).rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name not in ("cost.md", "cost.csv")  # the run's own timings
     }
 
 
