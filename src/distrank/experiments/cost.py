@@ -58,7 +58,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        """The job as a reader finds it: its benchmark file's name, else its rule."""
+        """Its benchmark file's name (where a reader finds the job), else its rule."""
         return self.benchmark or self.rule
 
 
@@ -101,9 +101,9 @@ def read_records(metadata: str | os.PathLike) -> dict[str, dict]:
     return records
 
 
-def pattern_regex(pattern: str) -> re.Pattern:
-    """A Snakemake file pattern (``{name}`` or ``{name,regex}`` wildcards) as a regex
-    with one named group per wildcard."""
+def pattern_regex(pattern: str):
+    """A Snakemake file pattern (``{name}`` or ``{name,regex}`` wildcards) as a compiled
+    regex with one named group per wildcard."""
     out, seen, last = [], set(), 0
     for match in re.finditer(r"\{\s*(\w+)\s*(?:,\s*((?:[^{}]|\{[^{}]*\})+))?\}", pattern):
         out.append(re.escape(pattern[last : match.start()]))
