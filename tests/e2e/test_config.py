@@ -101,10 +101,12 @@ def test_a_config_runs_only_the_experiments_it_lists(tmp_path):
     config["agreement"]["enabled"] = False
     run = dry_run(tmp_path, config)
     assert run.returncode == 0, run.stderr[-3000:]
-    # the default study also copies the figure it makes into docs/figures/
+    # the default study also copies the figure it makes into docs/figures/, and every
+    # study writes what it cost (results/<study>/cost.md)
     assert {j["rule"] for j in planned_jobs(run.stdout + run.stderr)} == {
         "E3",
         "all",
+        "cost",
         "docs_figure",
     }
 
