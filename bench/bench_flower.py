@@ -181,7 +181,6 @@ def policy_cost(sites: dict, models: dict, rounds: int) -> None:
 
 def policy_parts(grid, tmp: Path) -> dict[str, str]:
     """What the policy adds to a site's round-1 reply and work, from ``grid``'s last run."""
-    from flwr.app import Context, RecordDict
     from flwr.common.serde import recorddict_to_proto
 
     from distrank.flower.ledger import Ledger
@@ -194,11 +193,10 @@ def policy_parts(grid, tmp: Path) -> dict[str, str]:
     del reply.config_records["attested"]
     without = len(recorddict_to_proto(reply).SerializeToString())
     site = SiteConfig.from_node_config(next(iter(grid.contexts.values())).node_config)
-    context = Context(1, 100, {}, RecordDict(), {})
     content = {"path": "secure", "noise": {"kd": 1.0}} | site.policy.summary()
     start = time.perf_counter()
     for _ in range(200):
-        secure_site.attestation(site, context, content)
+        secure_site.attestation(site, 1, 100, content)
     sign = (time.perf_counter() - start) / 200
     ledger = Ledger(tmp / "bench.ledger", float("inf"), 1e-5)
     start = time.perf_counter()

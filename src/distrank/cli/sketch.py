@@ -117,9 +117,10 @@ def run_map(args) -> int:
     return EXIT_OK
 
 
-def read_map(path: Path) -> dict:
+def read_map(path: Path, extractor: str | None = None) -> dict:
     """The map in ``path`` (written by ``distrank map``), with its sha256; InputError
-    naming the file and the field."""
+    naming the file and the field; UsageError when ``extractor`` (--extractor) is not the
+    map's."""
     try:
         data = path.read_bytes()
         made = json.loads(data)
@@ -130,6 +131,11 @@ def read_map(path: Path) -> dict:
     missing = [k for k in MAP_FIELDS if k not in made]
     if missing:
         raise InputError(f"the map lacks {missing}", path=path)
+    if extractor not in (None, made["extractor"]) and made["extractor"] is not None:
+        raise UsageError(
+            f"--extractor {extractor}: the map {path} was made with {made['extractor']!r}; "
+            "drop --extractor (the map's is used)"
+        )
     return made | {"map_sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -167,13 +173,7 @@ def _the_map(args) -> dict:
     if args.map is not None:
         if given := [f"--{k}" for k, v in numbers.items() if v is not None]:
             raise UsageError(f"--map fixes the map: drop {', '.join(given)}")
-        made = read_map(args.map)
-        if args.extractor not in (None, made["extractor"]) and made["extractor"] is not None:
-            raise UsageError(
-                f"--extractor {args.extractor}: the map {args.map} was made with "
-                f"{made['extractor']!r}; drop --extractor (the map's is used)"
-            )
-        return made
+        return read_map(args.map, args.extractor)
     if missing := [f"--{k}" for k, v in numbers.items() if v is None]:
         raise UsageError(
             f"give --map, or --dim, --seed and --bandwidth (missing {', '.join(missing)})"
@@ -403,12 +403,8 @@ def run_plan(args) -> int:
         raise UsageError(
             f"--secure-threshold {args.secure_threshold}: only {len(args.sizes)} sites"
         )
-    made = read_map(args.map)
-    if args.extractor not in (None, made["extractor"]) and made["extractor"] is not None:
-        raise UsageError(
-            f"--extractor {args.extractor}: the map was made with {made['extractor']!r}"
-        )
-    fmap = FeatureMap(made["input_dim"], made["dim"], made["bandwidth"], made["seed"])
+    made = read_map(args.map, args.extractor)
+    fmap = FeatureMap.of(made)
     t = {}
     for name, (features, _) in _model_features(args, made["extractor"]).items():
         if features.shape[1] != made["input_dim"]:

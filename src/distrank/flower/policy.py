@@ -263,19 +263,20 @@ class Policy:
 
     # -- the ledger ---------------------------------------------------------------------
 
-    def spend(self, *, path: str, run: int, stds: Mapping, sensitivities: Mapping, what) -> float:
-        """Record a noised release in the ledger (if the policy keeps one): its noise
-        multiplier from the stds the site adds and their blocks' sensitivities. Refused
-        past the budget. Returns the epsilon spent with it (0 without a ledger)."""
+    def spend(self, *, path: str, run: int, what) -> float:
+        """Record a noised release in the ledger (if the policy keeps one). Its blocks
+        compose, by :meth:`stds`' split, to one Gaussian mechanism of multiplier z(epsilon,
+        delta) (in a secure sum, the honest sites' noise together). Refused past the
+        budget. Returns the epsilon spent with it (0 without noise or ledger)."""
         from distrank.flower.ledger import Ledger
+        from distrank.metrics.privacy import noise_multiplier
 
-        if not stds or self.ledger is None:
+        if not self.noisy or self.ledger is None:
             return 0.0
-        sens = dict(sensitivities) | ({"rows": 1.0} if "rows" in stds else {})
-        mu = math.sqrt(sum((sens[b] / s) ** 2 for b, s in stds.items()))
+        z = noise_multiplier(epsilon=self.epsilon, delta=self.delta)
         ledger = Ledger(self.ledger, self.budget or math.inf, self.delta)
         try:
-            return ledger.record(run, 1.0 / mu, path=path, what=list(what))
+            return ledger.record(run, z, path=path, what=list(what))
         except ValueError as err:
             raise Refused(str(err)) from None
 

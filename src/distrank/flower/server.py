@@ -137,7 +137,7 @@ def main(grid: Grid, context: Context) -> None:
     meta = report_meta(replies, settings)
     if sketching:
         table, ranked = sketch_table(replies, models, sketches_dir(settings.out))
-        meta |= ranked | {"options": meta["options"]}
+        meta = ranked | meta  # the run's options and the sites' attestations first
     else:
         table = federated_table(replies, models=models, weights=settings.weights)
     score_table.write(table, settings.out, meta, "csv")

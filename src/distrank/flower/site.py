@@ -18,7 +18,7 @@ Node config: :mod:`distrank.flower.node`.
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
@@ -60,12 +60,12 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
     try:
         models, opts, want_stats, path, sens = check_plain(policy, request)
         stds = policy.stds(sens)
-        spent = policy.spend(path=path, run=run, stds=stds, sensitivities=sens, what=opts.metrics)
+        spent = policy.spend(path=path, run=run, what=opts.metrics)
         x = policy.clip(load_features(site.features))
         rng = np.random.default_rng()
         n = released_rows(len(x), stds, rng)
         said = {"path": path, "noise": stds, "spent": spent} | policy.summary()
-        attested = attestation(site, run, node, said)
+        attested = secure_site.attestation(site, run, node, said)
         if path == "sketch":
             reply = encode_sketch_reply(site.site, site_sketch(x, opts, stds, n, rng))
             reply["attested"] = attested
@@ -145,13 +145,6 @@ def site_sketch(x, opts, stds, n: int, rng):
     total = made.n * np.asarray(made.mean) + rng.normal(0.0, stds["sketch"], np.shape(made.mean))
     meta = dict(made.meta) | {"noise_std": stds["sketch"] / n}
     return Sketch(total / n, n, meta)
-
-
-def attestation(site: SiteConfig, run: int, node: int, content) -> ConfigRecord:
-    """The reply's attestation (signed when the site has a key: ``secure.site``)."""
-    from flwr.app import Context
-
-    return secure_site.attestation(site, Context(run, node, {}, RecordDict(), {}), content)
 
 
 @app.query(mods=[secure_site.guard_mod])

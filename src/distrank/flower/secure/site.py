@@ -190,7 +190,7 @@ def clip_to_ranges(vector: np.ndarray, plan: Plan) -> np.ndarray:
     return np.clip(vector, -scales, scales)
 
 
-def attestation(site: SiteConfig, context: Context, content: Mapping) -> ConfigRecord:
+def attestation(site: SiteConfig, run: int, node: int, content: Mapping) -> ConfigRecord:
     """What the site attests with its reply: the noise it added (block -> std, {} for
     none), the policy it applied and the epsilon spent; signed with its long-term key
     when it has one (``identity.Statement`` of kind "attest")."""
@@ -198,7 +198,7 @@ def attestation(site: SiteConfig, context: Context, content: Mapping) -> ConfigR
     record = {"content": text}
     if site.signing_key is not None and site.peers is not None:
         identity = Identity.load(site.site, site.signing_key, site.peers)
-        said = Statement("attest", context.run_id, context.node_id, identity.site, (text,))
+        said = Statement("attest", run, node, identity.site, (text,))
         record["signed"] = identity.sign(said)
     return ConfigRecord(record)
 
@@ -227,7 +227,7 @@ def prepare(site: SiteConfig, content: RecordDict, context: Context) -> RecordDi
                 f"{masks.GENERATOR!r} (installed: {masks.installed()})"
             )
         centre = content.array_records["centre"]["c"].numpy()
-        stds, sens, share = check_plan(policy, plan, models, options, centre)
+        stds, _, _ = check_plan(policy, plan, models, options, centre)
         if plan.moments and not policy.share_stats:
             return encode_ready(site.site, moments=False)
         x = policy.clip(load_features(site.features))
@@ -235,12 +235,9 @@ def prepare(site: SiteConfig, content: RecordDict, context: Context) -> RecordDi
         limbs = encode(
             clip_to_ranges(add_noise(vector, plan, stds, np.random.default_rng()), plan), plan
         )
-        summed = {b: std * share**0.5 for b, std in stds.items()}  # the honest sites' noise
-        spent = policy.spend(
-            path="secure", run=context.run_id, stds=summed, sensitivities=sens, what=plan.metrics
-        )
+        spent = policy.spend(path="secure", run=context.run_id, what=plan.metrics)
         said = {"path": "secure", "noise": stds, "threshold": plan.threshold, "spent": spent}
-        attested = attestation(site, context, said | policy.summary())
+        attested = attestation(site, context.run_id, context.node_id, said | policy.summary())
     except Exception as err:  # noqa: BLE001 -- every failure leaves as its category only
         return encode_ready(site.site, error=failure(err))
     state[STATE] = ArrayRecord({"limbs": Array(limbs)})

@@ -151,19 +151,20 @@ def ranking_confidence(
 
 def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float = LEVEL):
     """(the ``kd_sketch`` table of ``models`` from the sites' sketches, unbiased
-    (``metrics.scoring.score_sketches``), its metadata): the options, the map, the
+    (``metrics.scoring.sketch_scores``), its metadata): the options, the map, the
     extractor, every site's privacy, the raw values and :func:`ranking_confidence`
     (``meta["confidence"]``, its pairs as records, which :func:`write_confidence`
     writes beside the table)."""
     from distrank.metrics.options import ScoreOptions
-    from distrank.metrics.scoring import score_sketches
+    from distrank.metrics.scoring import sketch_scores
     from distrank.metrics.sketch.maps import FeatureMap, pool
 
-    table, raw = score_sketches(sites, models), score_sketches(sites, models, raw=True)
     pooled = pool(list(sites.values()))
     m, first = pooled.meta, next(iter(sites.values())).meta
-    fmap = FeatureMap(m["input_dim"], m["dim"], m["bandwidth"], m["seed"])
-    t = {name: fmap.sketch(y).mean for name, y in models.items()}
+    fmap = FeatureMap.of(m)
+    sketched = {name: fmap.sketch(y) for name, y in models.items()}
+    table, raw = sketch_scores(sites, sketched)
+    t = {name: s.mean for name, s in sketched.items()}
     conf = ranking_confidence(pooled, t, table, level)
     noisy = sorted(name for name, s in sites.items() if s.noise_std)
     options = ScoreOptions(

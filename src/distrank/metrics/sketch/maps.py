@@ -73,6 +73,13 @@ class FeatureMap:
         if not (math.isfinite(self.bandwidth) and self.bandwidth > 0):
             raise ValueError(f"bandwidth: expected a positive number, got {self.bandwidth!r}")
 
+    @classmethod
+    def of(cls, meta: Mapping) -> FeatureMap:
+        """The map a sketch's (or a map file's) metadata names."""
+        return cls(
+            int(meta["input_dim"]), int(meta["dim"]), float(meta["bandwidth"]), int(meta["seed"])
+        )
+
     def frequencies(self) -> np.ndarray:
         """W, (input_dim, dim / 2) float64: row j of the generator's (dim/2, d) draw."""
         rng = np.random.default_rng([self.seed, self.input_dim])
