@@ -285,9 +285,10 @@ def e9_table(
     """
     from scipy import stats
 
-    from distrank.clients import average, client_weights
+    from distrank.clients import client_weights
     from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
     from distrank.metrics.ranking import tau_b
+    from distrank.metrics.registry import METRICS
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:
@@ -309,7 +310,7 @@ def e9_table(
                 estimator=estimator,
                 rng=np.random.default_rng([seed, int(size), i]),
             )
-            avg = average(noisy, lam)  # (draws, M)
+            avg = METRICS["kd"].average(noisy, lam)  # (draws, M): KD's avg
             same = np.all(np.argsort(avg, axis=1, kind="stable") == order, axis=1)
             same_best = np.argmin(avg, axis=1) == order[0]
             tau = tau_b(avg, np.broadcast_to(kd_all, avg.shape))

@@ -122,11 +122,15 @@ class SecureSum:
     its rows and (``needs_scores``) its client scores; :meth:`finish` gives, per
     aggregation, (values, bounds) for every model from the summed blocks, whose entries
     are each off by at most ``errors[block]``. ``moments``: the entries hold the site's
-    moments, which its policy must allow (``share-stats``).
+    moments, which its policy must allow (``share-stats``). ``own_average``: its ``avg``
+    is the metric's own ``Metric.average`` of the sites' values, not the weighted mean
+    that a sum of weighted values gives (``Metric`` refuses a metric with its own
+    average and a secure sum without this).
     """
 
     needs_scores = False
     moments = False
+    own_average = False
 
     def sensitivity(self, plan, bounds, options) -> dict[str, float | None]:
         """Block -> the L2 norm by which one site's entries can move when one of its rows
@@ -152,8 +156,10 @@ class SecureSum:
 
 
 class WeightedSum(SecureSum):
-    """avg = sum_i w_i D_i / sum_i w_i (``distrank score``'s avg) from each site's w_i D_i
-    (w_i = n_i for size weights, 1 for uniform), where ``abs(D) <= bound(plan)``.
+    """avg = sum_i w_i D_i / sum_i w_i from each site's w_i D_i (w_i = n_i for size
+    weights, 1 for uniform), where ``abs(D) <= bound(plan)``: the masked form of the
+    default ``Metric.average`` (``clients.average``), the only one a sum of the sites'
+    weighted values gives (a metric with its own average is refused one).
     ``unit(bounds, options)``: the most n_i D_i moves when one row is replaced (None:
     unbounded); w_i D_i moves by that over ``min_rows`` under uniform weights."""
 

@@ -1,8 +1,8 @@
 """What a metric is (:class:`Metric`) and the vocabulary of the options it depends on.
 
-Torch-free (it imports only ``distrank._checks``): the math modules, the options, the
-families that compute the metrics and the registry all build on it; the registered
-metrics are ``metrics.registry.METRICS``.
+Torch-free (it imports only ``distrank._checks`` and ``distrank.clients``): the math
+modules, the options, the families that compute the metrics and the registry all build
+on it; the registered metrics are ``metrics.registry.METRICS``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrank._checks import TooFewRows
+from distrank.clients import average as weighted_mean
 
 #: KD's estimators, on the full samples (the U- and V-statistics) or KID-style subsets.
 FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
@@ -56,6 +57,15 @@ class Metric:
     scores (no ``avg``, never ranked by). ``needs_models``: False for a metric whose
     sites release something that scores any model later (a sketch): Flower sends such a
     run no model, and a sketch table's report reads the confidence of its noise.
+
+    ``average(local, weights)``: its ``avg`` from the clients' values (clients on the last
+    axis) and the weights lambda_i (``clients.client_weights``); by default the weighted
+    mean sum_i lambda_i D_i (:func:`distrank.clients.average`). Every ``avg`` of the
+    package is this: the table builder's (``metrics.table.from_values``,
+    ``metrics.table.averages``) and the metric's own batched paths (KD's bootstrap). A
+    secure sum that adds the sites' weighted values (``family.WeightedSum``) computes
+    the weighted mean only: a metric with another ``average`` needs a ``secure`` whose
+    ``own_average`` is True (or none).
     """
 
     key: str
@@ -73,6 +83,16 @@ class Metric:
     pooled_from: str = ""
     spreads: tuple[str, ...] = ()
     needs_models: bool = True
+    average: Callable[[Any, Any], Any] = field(default=weighted_mean, compare=False)
+
+    def __post_init__(self) -> None:
+        own = getattr(self.secure, "own_average", False)
+        if self.secure is not None and self.average is not weighted_mean and not own:
+            raise ValueError(
+                f"metric {self.key!r}: its secure sum adds the sites' weighted values (the "
+                "weighted mean, clients.average), not its own average; give it a secure sum "
+                "with own_average = True, or none"
+            )
 
     def verdict(self, options: Mapping | None) -> tuple[str, str]:
         """(``SAFE``/``EXACT``/``NOT_GUARANTEED``, why) of ``avg`` standing in for ``all``

@@ -13,9 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from distrank._io import read_json, write_json
-from distrank.clients import average
-from distrank.metrics.registry import spread_keys
-from distrank.metrics.table import from_values
+from distrank.metrics.table import averages, from_values
 
 __all__ = ["average_client_files", "collect", "score_centralized_file", "score_client_file"]
 
@@ -41,7 +39,8 @@ def score_client_file(client_path, model_paths: Mapping, out_path, *, client: st
 
 
 def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
-    """D_avg = sum_i lambda_i D_i for every model, from the clients' records alone."""
+    """D_avg (each metric's ``Metric.average``, sum_i lambda_i D_i by default) for every
+    model, from the clients' records alone."""
     from distrank.clients import client_weights
 
     paths = list(paths)
@@ -49,13 +48,14 @@ def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
     models = [list(r["models"]) for r in records]
     if any(m != models[0] for m in models):
         raise ValueError(f"client score files score different models: {paths}")
-    lam, spreads = client_weights([r["n"] for r in records], weights), spread_keys()
-    result = {"weights": weights, "models": {}, "clients": {}}
+    lam = client_weights([r["n"] for r in records], weights)
+    local = {}  # model -> metric -> the clients' values
     for model in models[0]:
-        local = [r["models"][model]["scores"] for r in records]
-        result["models"][model] = {
-            "scores": {m: average([s[m] for s in local], lam) for m in local[0] if m not in spreads}
-        }
+        scores = [r["models"][model]["scores"] for r in records]
+        local[model] = {m: [s[m] for s in scores] for m in scores[0]}
+    result = {"weights": weights, "models": {}, "clients": {}}
+    for model, avg in averages(local, lam).items():  # each metric's Metric.average
+        result["models"][model] = {"scores": avg}
     for r in records:
         result["clients"][r["client"]] = {
             "n": r["n"],

@@ -18,8 +18,9 @@ model with its ``all`` and ``avg`` values (:func:`pivot`, :func:`wide`), and say
 well the two rankings agree: Kendall's tau-b (:func:`kendall_tau`), the model pairs
 they order oppositely (:func:`discordant_pairs`, :func:`flipped_pairs`) and a table
 of both per metric (:func:`rank_agreement`). Every table with per-client values is
-built by :func:`from_values`, whose ``avg`` rows are ``clients.average``: the one
-place that says what D_avg is.
+built by :func:`from_values`, whose ``avg`` rows are each metric's own
+``Metric.average`` (:func:`averages`, for a record without rows): the one place that
+says what D_avg is.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ from distrank._checks import InputError
 from distrank._io import atomic_path
 from distrank.clients import average
 from distrank.metrics.ranking import discordant_pairs, tau_b
-from distrank.metrics.registry import HIGHER_IS_BETTER, display, spread_keys
+from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, display, spread_keys
 
 __all__ = [
     "AGGREGATIONS",
     "COLUMNS",
     "FORMAT",
     "FORMATS",
+    "averages",
     "check",
     "flipped_pairs",
     "from_values",
@@ -68,10 +70,10 @@ def from_values(values: Mapping, client_names: Sequence[str] = (), weights=None)
     """The tidy table of ``values``: model -> metric -> (pooled value or None, the
     clients' values in the order of ``client_names``[, the average]). Per model and
     metric, in that order: the ``all`` row (unless None), the ``avg`` row (the average
-    given, else ``clients.average`` of the clients' values under ``weights``; none for
-    a spread such as ``kd_std``: a std of the average is not the average of stds, nor
-    without client values), and one ``client`` row per client. Every score table of the
-    package is built here."""
+    given, else the metric's ``Metric.average`` of the clients' values under ``weights``;
+    none for a spread such as ``kd_std``: a std of the average is not the average of
+    stds, nor without client values), and one ``client`` row per client (none without
+    ``client_names``). Every score table of the package is built here."""
     spreads = spread_keys()
     rows = []
     for model, by_metric in values.items():
@@ -80,11 +82,30 @@ def from_values(values: Mapping, client_names: Sequence[str] = (), weights=None)
                 rows.append((model, metric, "all", "", float(pooled)))
             avg = given[0] if given else None
             if avg is None and len(local) and metric not in spreads:
-                avg = average(local, weights)
+                avg = _average(metric, local, weights)
             if avg is not None:
                 rows.append((model, metric, "avg", "", float(avg)))
             rows += [(model, metric, "client", c, float(v)) for c, v in zip(client_names, local)]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def averages(values: Mapping, weights) -> dict[str, dict[str, float]]:
+    """model -> metric -> ``avg`` of ``values`` (model -> metric -> the clients' values)
+    under ``weights``, as :func:`from_values` makes its ``avg`` rows (a spread has none):
+    what a record of the clients' averages holds (``score_files.average_client_files``)."""
+    spreads = spread_keys()
+    return {
+        model: {
+            m: _average(m, local, weights) for m, local in by_metric.items() if m not in spreads
+        }
+        for model, by_metric in values.items()
+    }
+
+
+def _average(metric: str, local, weights):
+    """The registered metric's ``Metric.average`` of ``local``; an unregistered key (a
+    table read from a file) the weighted mean, ``clients.average``."""
+    return (METRICS[metric].average if metric in METRICS else average)(local, weights)
 
 
 def check(scores: pd.DataFrame, metrics: Sequence[str] = ()) -> None:

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from distrank.clients import average, client_weights
+from distrank.clients import client_weights
 from distrank.metrics.metric import EXACT, NOT_GUARANTEED, SAFE
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, spread_keys
+from distrank.metrics.table import from_values
 from distrank.report.markup import esc, named, section, table
 
 __all__ = ["agrees", "client_average", "client_only_section", "clients_section"]
@@ -83,17 +84,18 @@ def client_only_section(scores: pd.DataFrame, meta: Mapping, name) -> str:
 
 def client_average(clients: pd.DataFrame, sizes: Mapping | None) -> pd.DataFrame:
     """The ``avg`` rows of ``clients`` (a tidy table's ``client`` rows, no spreads): per
-    model and metric, :func:`distrank.clients.average` of the clients' values with the
-    weights n_i/n of ``sizes`` (client -> n_i), or 1/k where ``sizes`` is None."""
-    rows = []
+    model and metric, the table builder's (``metrics.table.from_values``: the metric's
+    ``Metric.average``) of the clients' values with the weights n_i/n of ``sizes``
+    (client -> n_i), or 1/k where ``sizes`` is None."""
+    parts = []
     for (model, metric), part in clients.groupby(["model", "metric"], sort=False):
         if sizes:
             weights = client_weights([sizes[c] for c in part["client"]], "size")
         else:
             weights = client_weights(np.ones(len(part)), "uniform")
-        value = average(part["value"].to_numpy(float), weights)
-        rows.append((model, metric, "avg", "", value))
-    return pd.DataFrame(rows, columns=["model", "metric", "aggregation", "client", "value"])
+        local = {model: {metric: (None, part["value"].to_numpy(float))}}
+        parts.append(from_values(local, (), weights))  # its avg row only
+    return pd.concat(parts, ignore_index=True) if parts else from_values({})
 
 
 def _safe(metric: str, ranking: str, name, size_weighted: bool) -> str:

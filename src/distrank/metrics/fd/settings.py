@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from distrank.clients import average, client_weights
+from distrank.clients import client_weights
+from distrank.metrics.fd.family import FD_METRIC
 
 __all__ = [
     "TERMS",
@@ -113,7 +114,8 @@ class ClientGaussians:
         t = frechet_terms([*self.clients, pool or self.pool], models)
         values = np.stack([getattr(t, name) for name in TERMS], axis=2)  # (k + 1, models, 4)
         return [
-            {"all": v[-1], "avg": average(v[:-1].T, self.weights)} for v in values.swapaxes(0, 1)
+            {"all": v[-1], "avg": FD_METRIC.average(v[:-1].T, self.weights)}
+            for v in values.swapaxes(0, 1)
         ]
 
     def fitted(self, scales: Sequence[float]) -> list[dict[str, np.ndarray]]:

@@ -103,8 +103,8 @@ class KD(Family):
         )
 
     def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
-        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd.resample``)."""
-        from distrank.clients import average
+        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd.resample``), its
+        ``avg`` KD's own (``KD_METRIC.average``)."""
         from distrank.metrics.kd.resample import resampled_kernel_sums, row_counts
 
         o, ys, groups = inputs.options, list(inputs.models.values()), inputs.groups
@@ -128,7 +128,7 @@ class KD(Family):
         out = []
         for s in sums:
             per_client, pooled = s.kd(o.kd_estimator)
-            out.append(np.column_stack([pooled, average(per_client, lam), per_client]))
+            out.append(np.column_stack([pooled, KD_METRIC.average(per_client, lam), per_client]))
         return np.stack(out)[:, None]
 
 
