@@ -20,8 +20,9 @@ relative KD error (median and max over the models) and Kendall's tau of the rank
 ``--memory``: what one site's ``distrank sketch`` costs, a whole process: ``--images``
 random 28 x 28 grayscale PNGs sketched at ``--dim`` (EfficientNet-Lite0 features, onnx),
 from an empty folder with its own HOME (a fresh user cache), twice: the first run exports
-the network to ONNX (torch loaded), the second finds the export; peak RSS of each
-process (``getrusage(RUSAGE_CHILDREN)`` after each run alone) and its wall time.
+the network to ONNX (in a child process that imports torch), the second finds the export;
+the peak RSS of each run, the largest of its processes (``getrusage(RUSAGE_CHILDREN)``
+after each run alone), and its wall time.
 """
 
 from __future__ import annotations

@@ -78,3 +78,40 @@ def test_the_onnx_backend_extracts_without_torch(tmp_path, lite0_onnx, gray_imag
     assert got["torch"] is False and got["backend"] == "onnx"
     assert got["meta"] == json.loads(json.dumps(lite0_onnx.metadata()))
     np.testing.assert_array_equal(np.load(out), lite0_onnx.extract(gray_images, batch_size=4))
+
+
+def test_the_first_run_exports_in_a_child_without_torch(tmp_path, lite0_onnx, gray_images):
+    """A fresh process on an empty weights folder exports the network and makes the 28 px
+    resize matrix in child processes (distrank.features.torch_child): it never imports
+    torch itself, and the export, the matrix and the features are the bytes that a process
+    with torch makes in-process (the session's extractor)."""
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd"):
+        pytest.skip("auto picks torch on a machine with a GPU")
+    folder = tmp_path / "weights"
+    np.save(tmp_path / "images.npy", gray_images)
+    out = tmp_path / "features.npy"
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "images.npy"), str(folder), str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["torch"] is False and got["backend"] == "onnx"
+    exported = folder / "onnx" / lite0_onnx.onnx_path.name
+    assert exported.read_bytes() == lite0_onnx.onnx_path.read_bytes()
+    (matrix,) = (folder / "onnx").glob("resize-*.npy")
+    np.testing.assert_array_equal(np.load(matrix), resize_matrix(28, 128, "bilinear", True))
+    assert sorted(p.name for p in (folder / "onnx").iterdir()) == sorted(
+        [exported.name, matrix.name]
+    )
+    np.testing.assert_array_equal(np.load(out), lite0_onnx.extract(gray_images, batch_size=4))
+
+
+def test_a_failing_torch_child_says_why():
+    from distrank.features.torch_child import run
+
+    with pytest.raises(
+        RuntimeError, match=r"(?s)torch child process \(nonsense\) exited 1:.*unknown job"
+    ):
+        run("nonsense")

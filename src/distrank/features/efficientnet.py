@@ -27,7 +27,9 @@ run by onnxruntime on the CPU). Preprocessing is the same code for both (numpy o
 the CPU); the ONNX graph holds only the network. Once exported, the onnx backend neither
 imports torch nor builds the network (about 700 MB of a process's memory): the module is
 built on first use of :attr:`EfficientNetLite0Extractor.model`, and the resize matrices
-of each input size are kept beside the export (``features.preprocess.stored_resize_matrices``).
+of each input size are kept beside the export (:func:`~distrank.features.preprocess.stored_resize_matrix`).
+A process without torch exports and makes those matrices in a child process
+(:mod:`distrank.features.torch_child`), so the first run never imports torch either.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 from .base import Extractor, device_type, full_precision, package_versions, resolve_device
 from .onnx_backend import ONNX_OPSET, OnnxNetwork
 from .preprocess import Preprocessing
+from .torch_child import Recipe
 from .weights import file_sha256, weights_dir
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "lite0_preprocessing",
     "load_lite0",
     "lite0_weights_path",
+    "pooled_lite0",
 ]
 
 DEFAULT_RESOLUTION = 128
@@ -114,6 +118,12 @@ def _pooled_lite0() -> type:
     return PooledLite0
 
 
+def pooled_lite0(resolution: int = DEFAULT_RESOLUTION):
+    """The pooled network with its ImageNet weights, in eval mode: what the onnx backend
+    exports (a :class:`~distrank.features.torch_child.Recipe` names this function)."""
+    return _pooled_lite0()(load_lite0(resolution)).eval()
+
+
 def __getattr__(name: str):
     # PEP 562: PooledLite0, a torch module, is defined when first asked for (torch imported)
     if name == "PooledLite0":
@@ -160,9 +170,8 @@ class EfficientNetLite0Extractor(Extractor):
             self.device = "cpu"  # onnxruntime's CPU (a torch.device only where torch runs)
             stem = f"efficientnet_lite0-{self.resolution}px-{self._weights['sha256'][:8]}"
             folder = weights_dir(cache_dir)
-            self._session = OnnxNetwork(
-                lambda: self.model, folder, stem, (self.resolution,) * 2, num_threads
-            )
+            recipe = Recipe(f"{__name__}:pooled_lite0", {"resolution": self.resolution})
+            self._session = OnnxNetwork(recipe, folder, stem, (self.resolution,) * 2, num_threads)
             self.onnx_path = self._session.path
             self._preprocessing = self._preprocessing.stored(self.onnx_path.parent)
 
@@ -170,7 +179,7 @@ class EfficientNetLite0Extractor(Extractor):
     def model(self):
         """The pooled torch network (built on first use under the onnx backend)."""
         if self._model is None:
-            self._model = _pooled_lite0()(load_lite0(self.resolution)).eval()
+            self._model = pooled_lite0(self.resolution)
         return self._model
 
     @property

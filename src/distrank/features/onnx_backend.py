@@ -10,13 +10,17 @@ The graph holds only the network: preprocessing stays numpy code, the same for b
 backends.
 
 torch is imported only to export: a process that finds the file runs it with onnxruntime
-alone (the export's name reads torch's version from ``torch/version.py``, unimported), and
-the module to export may be given as a function that builds it, called only then.
+alone (the export's name reads torch's version from ``torch/version.py``, unimported). The
+module to export may be given as a :class:`~distrank.features.torch_child.Recipe` that
+builds it: a process that has not imported torch then exports in a short-lived child
+process (:mod:`distrank.features.torch_child`) and checks the file against the child's
+torch features itself, so it never imports torch, even on the first run.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -24,11 +28,12 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .torch_child import Recipe, export_reference, run
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,14 +70,15 @@ def _is_module(obj) -> bool:
 class OnnxNetwork:
     """``model`` exported once under ``directory/onnx/`` and run by onnxruntime on the CPU.
 
-    ``model`` is the torch module or a function returning it, called only when the file
-    must be exported; ``stem`` names what determines the graph besides torch and the
+    ``model`` is the torch module or a :class:`~distrank.features.torch_child.Recipe` that
+    builds it, used only when the file must be exported (in a child process where this
+    one has not imported torch); ``stem`` names what determines the graph besides torch and the
     opset (network, resolution, weights digest); ``size`` is the input's (height, width).
     """
 
     def __init__(
         self,
-        model: nn.Module | Callable[[], nn.Module],
+        model: nn.Module | Recipe,
         directory: str | os.PathLike,
         stem: str,
         size: tuple[int, int],
@@ -96,7 +102,7 @@ class OnnxNetwork:
     @property
     def model(self) -> nn.Module:
         if not _is_module(self._model):
-            self._model = self._model()
+            self._model = self._model.build()
         return self._model
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -113,12 +119,20 @@ class OnnxNetwork:
             dir=self.path.parent, prefix=f".{self.path.stem}.", suffix=".onnx.tmp"
         )
         os.close(fd)
+        check = f"{tmp}.check.npz"
         try:
-            export_onnx(self.model, tmp, self.size)
-            _check_matches(self.model, tmp, self.size)
+            if isinstance(self._model, Recipe) and "torch" not in sys.modules:
+                recipe = dataclasses.asdict(self._model)
+                run("export", recipe=recipe, path=tmp, size=self.size, check=check)
+                with np.load(check) as npz:
+                    reference = dict(npz)
+            else:
+                reference = export_reference(self.model, tmp, self.size)
+            _check_matches(tmp, reference["x"], reference["want"])
             os.replace(tmp, self.path)
         finally:
             Path(tmp).unlink(missing_ok=True)
+            Path(check).unlink(missing_ok=True)
         log.info("exported %s", self.path)
 
 
@@ -171,14 +185,10 @@ def _default_threads() -> int:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _check_matches(model: nn.Module, path, size: tuple[int, int], atol: float = 1e-4) -> None:
-    """Refuse an export whose features differ from torch's (on a seeded random batch)."""
-    import torch
-
-    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
-        want = model(x).numpy()
-    got = ort_session(Path(path), 1).run(None, {"images": x.numpy()})[0]
+def _check_matches(path, x: np.ndarray, want: np.ndarray, atol: float = 1e-4) -> None:
+    """Refuse an export whose features of ``x`` differ from torch's, ``want``
+    (:func:`~distrank.features.torch_child.export_reference`: a seeded random batch)."""
+    got = ort_session(Path(path), 1).run(None, {"images": x})[0]
     err = float(np.abs(got - want).max())
     if not err <= atol:
         raise RuntimeError(f"ONNX export {path} differs from torch by {err:.2e} (> {atol:.0e})")

@@ -30,7 +30,8 @@ CPU batches are resized in numpy, CUDA batches by torch on the GPU.
 Resizing one grayscale channel and repeating it equals repeating first, since
 channels are resized independently.
 
-The matrices are torch's own weights, so making one imports torch; a preprocessing
+The matrices are torch's own weights, so making one imports torch (in a child process
+where the caller has not imported it, :mod:`distrank.features.torch_child`); a preprocessing
 :meth:`~Preprocessing.stored` in a folder (the onnx backends': beside their export) keeps
 each one it makes there as ``.npy`` (named by torch's version), and a later process reads
 it back, the same float32 numbers, without importing torch.
@@ -41,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -283,8 +285,10 @@ def stored_resize_matrix(
 ) -> np.ndarray:
     """:func:`resize_matrix`, read from ``folder`` where an earlier process kept it (no torch
     import), else made and kept there (``resize-<interpolation>[-aa]-<n_in>to<n_out>-torch
-    <version>.npy``, written atomically); a file of the wrong shape or type is made again."""
-    from distrank._io import atomic_open
+    <version>.npy``, written atomically; made in a child process where this one has not
+    imported torch: :mod:`distrank.features.torch_child`); a file of the wrong shape or
+    type is made again."""
+    from distrank._io import atomic_open, atomic_path
 
     from .onnx_backend import torch_version
 
@@ -297,8 +301,14 @@ def stored_resize_matrix(
             return kept
     except (OSError, ValueError):
         pass
+    if "torch" not in sys.modules:  # a child process imports torch instead of this one
+        from .torch_child import run
+
+        with atomic_path(path) as tmp:
+            args = {"n_in": n_in, "n_out": n_out, "interpolation": interpolation}
+            run("resize", **args, antialias=antialias, out=str(tmp))
+            return np.load(tmp, allow_pickle=False)
     made = resize_matrix(n_in, n_out, interpolation, antialias)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path) as f:
         np.save(f, made)
     return made
