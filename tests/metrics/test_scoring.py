@@ -1,5 +1,7 @@
 """The score table: layout, aggregations, PRDC wiring, client scores and input checks."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -269,3 +271,57 @@ def test_kd_from_prdcs_products_is_kd_from_its_own(federation, monkeypatch, dtyp
         apart.sort_values(key).reset_index(drop=True),
     )
     assert (shared.metric == "kd").sum() == 3 * (2 + 3)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"dtype": "float64"},
+        {"kernel": "rbf", "kernel_params": {"bandwidth": 2.0}},
+        {"metrics": ["precision", "density", "fd"], "pr_k": 2},
+        {"metrics": ["kd", "fd"], "kd_estimator": "subsets", "n_subsets": 5, "subset_size": 20},
+    ],
+)
+def test_the_pooled_values_alone_are_the_all_rows_bit_for_bit(federation, options, monkeypatch):
+    """``pooled_of`` (a client's scores, the pipeline's centralized ``all``) asks the families
+    for their pooled values only -- FD computes no client distance, PRDC no client radius --
+    and gets the ``all`` rows of the whole table exactly, with no table built."""
+    from distrank.metrics import scoring
+    from distrank.metrics.fd import frechet
+    from distrank.metrics.options import score_options
+
+    x, clients, models = federation
+    inputs = scoring.prepare(x, clients, models, score_options(options))
+    table = scoring.table_of(inputs)
+    rows = table[table.aggregation == "all"]
+    expected = {g: dict(zip(part.metric, part.value)) for g, part in rows.groupby("model")}
+    fds = []
+    original = frechet.frechet_distances
+    monkeypatch.setattr(
+        frechet,
+        "frechet_distances",
+        lambda a, *args, **kw: fds.append(len(a)) or original(a, *args, **kw),
+    )
+    monkeypatch.setattr(scoring, "from_values", None)  # no table
+    assert scoring.pooled_of(inputs) == expected
+    assert fds == ([1] if "fd" in inputs.options.metrics else [])  # the pool's, none per client
+    local = scoring.values_of(replace(inputs, per_client=False))
+    for by_metric in local.values():
+        for metric, (_, per_client) in by_metric.items():
+            assert (per_client is None) == (metric != "kd" and metric != "kd_std"), metric
+
+
+def test_score_client_normalises_its_options_once_and_builds_no_table(federation, monkeypatch):
+    from distrank.metrics import options as options_module
+    from distrank.metrics import scoring
+
+    x, clients, models = federation
+    expected = client_scores(x[clients == "rome"], models["sharp"], dtype="float64")
+    calls = []
+    normalise = options_module.score_options
+    monkeypatch.setattr(
+        scoring, "score_options", lambda *a, **k: calls.append(1) or normalise(*a, **k)
+    )
+    monkeypatch.setattr(scoring, "from_values", None)
+    assert client_scores(x[clients == "rome"], models["sharp"], dtype="float64") == expected
+    assert calls == [1]

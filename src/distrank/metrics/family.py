@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-#: model -> output key (a metric, or a spread such as ``kd_std``) -> (pooled, (k,) per client)
+#: model -> output key (a metric, or a spread such as ``kd_std``) -> (pooled, (k,) per client;
+#: None where ``Inputs.per_client`` is False and the family skipped them)
 Values = dict[str, dict[str, tuple[float, Any]]]
 
 
@@ -25,7 +26,10 @@ class Inputs:
     the models' rows, the options (with an rbf/laplace bandwidth resolved), the kernel
     of KD (None without KD), the torch device and the rows of one product block.
     ``metrics.score``, ``metrics.score_partitions`` and ``metrics.bootstrap`` all hand
-    their families one of these."""
+    their families one of these. ``per_client`` False: only the pooled values are
+    wanted (``metrics.scoring.pooled_of``: a client's own scores, the centralized
+    ``all``); a family may then skip its per-client values (None in their place), its
+    pooled ones computed as they always are, the client groups included."""
 
     reference: Any
     partitions: Mapping[str, Any]
@@ -34,6 +38,7 @@ class Inputs:
     kernel: Any
     device: Any
     block_size: int
+    per_client: bool = True
 
     @property
     def groups(self):

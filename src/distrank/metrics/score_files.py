@@ -68,23 +68,23 @@ def average_client_files(paths: Iterable, out_path, *, weights: str) -> dict:
 def score_centralized_file(
     reference_path, manifest_path, model_paths: Mapping, out_path, *, options
 ) -> dict:
-    """D_all: score every model against the pooled reference rows of a partition."""
+    """D_all: score every model against the pooled reference rows of a partition (the
+    pooled values only: ``scoring.pooled_of``, the clients' groups kept, as ``all`` is
+    computed from them)."""
     from distrank.clients import UNASSIGNED, load_manifest
     from distrank.features.cache import load_features
-    from distrank.metrics.scoring import score
+    from distrank.metrics.options import score_options
+    from distrank.metrics.scoring import pooled_of, prepare
 
     owner = load_manifest(manifest_path)
     pooled_rows = owner != UNASSIGNED
     reference, labels = load_features(reference_path)[pooled_rows], owner[pooled_rows]
     ys = {name: load_features(path) for name, path in model_paths.items()}
-    table = score(reference, labels, ys, options)
-    pooled = table[table.aggregation == "all"]
+    pooled = pooled_of(prepare(reference, labels, ys, score_options(options)))
     result = {
         "n": int(len(reference)),
-        "models": {name: {"m": int(len(y)), "scores": {}} for name, y in ys.items()},
+        "models": {name: {"m": int(len(y)), "scores": pooled[name]} for name, y in ys.items()},
     }
-    for r in pooled.itertuples():
-        result["models"][r.model]["scores"][r.metric] = float(r.value)
     write_json(out_path, result)
     return result
 

@@ -18,6 +18,7 @@ same values bit for bit, without KD's GEMMs. Every check runs before any heavy w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -43,13 +44,15 @@ def prepare(
     *,
     device=None,
     block_size: int | None = None,
+    median: bool = True,
 ) -> Inputs:
     """The checked inputs of every scoring call: the reference's rows and client groups
     (``clients``: each row's label, or a mapping of partition name -> labels), the
     models' rows, the rows every requested metric needs in each client and model
     (``TooFewRows`` names the sample), and KD's kernel with an rbf/laplace bandwidth
     not given resolved by the median heuristic on the pooled reference (in ``options``
-    too). A bad input is a ``ValueError`` naming it."""
+    too; ``median`` False: refused, see :func:`kernel_of`). A bad input is a
+    ``ValueError`` naming it."""
     with about("reference"):
         x = as_features(reference, "reference")
         if not isinstance(clients, Mapping):
@@ -67,18 +70,25 @@ def prepare(
                 check_rows(partitions[str(name)], ys, options)
             except ValueError as err:
                 raise type(err)(f"partitions[{name!r}]: {err}") from None
-    kernel, options = kernel_of(x, options)
+    kernel, options = kernel_of(x, options, median=median)
     block = product_rows(block_size, work_dtype(options.dtype).itemsize)
     return Inputs(x, partitions, ys, options, kernel, resolve_device(device), block)
 
 
-def kernel_of(x: torch.Tensor, options: ScoreOptions):
+def kernel_of(x: torch.Tensor, options: ScoreOptions, *, median: bool = True):
     """(KD's kernel or None when no requested metric uses it, ``options`` with an
-    rbf/laplace bandwidth not given set by the median heuristic on ``x``)."""
+    rbf/laplace bandwidth not given set by the median heuristic on ``x``). ``median``
+    False (a client's scores): such a bandwidth is a ValueError, since every client must
+    use one bandwidth (computed once, on pooled or public data), never its own median."""
     if not uses_kernel(options.metrics):
         return None, options
     params = options.kernel_params
     if needs_bandwidth(options.kernel, params):
+        if not median:
+            raise ValueError(
+                f"kernel_params: kernel {options.kernel!r} needs an explicit 'bandwidth' for "
+                "client scores (one bandwidth shared by all clients)"
+            )
         with about("reference"):
             bandwidth = median_bandwidth(x, kernel=options.kernel, seed=options.seed)
         options = options.replace(kernel_params={**(params or {}), "bandwidth": bandwidth})
@@ -137,7 +147,7 @@ def score(
         naming the argument and the problem (non-finite features,
         mismatched dimensions, too few rows, unknown metric or option).
     """
-    opts = score_options(options, **changes)
+    opts = score_options(options, **changes)  # the one normalisation of a scoring call
     inputs = prepare(reference, clients, models, opts, device=device, block_size=block_size)
     table = table_of(inputs)
     table.attrs["kernel_params"] = dict(inputs.options.kernel_params or {})  # as resolved
@@ -154,6 +164,24 @@ def by_family(metrics: Sequence[str]) -> dict:
 
 def table_of(inputs: Inputs) -> pd.DataFrame:
     """The score table of prepared ``inputs`` (one partition): every family's plain path."""
+    groups = inputs.groups
+    return from_values(values_of(inputs), groups.names, groups.weights(inputs.options.weights))
+
+
+def pooled_of(inputs: Inputs) -> dict[str, dict[str, float]]:
+    """model -> output key -> the pooled value (``all``) of prepared ``inputs``, the families
+    asked for nothing else (``Inputs.per_client`` False: no client values where a family
+    can spare them); each value that of :func:`table_of`'s ``all`` row, bit for bit."""
+    values = values_of(replace(inputs, per_client=False))
+    return {
+        name: {m: float(v[0]) for m, v in by_metric.items() if v[0] is not None}
+        for name, by_metric in values.items()
+    }
+
+
+def values_of(inputs: Inputs) -> Values:
+    """The :data:`~distrank.metrics.family.Values` of prepared ``inputs`` (one partition):
+    every family's plain path, the outputs of each model in the asked order."""
     opts = inputs.options
     runs = [f.plain(inputs, keys) for f, keys in by_family(opts.metrics).items()]  # checks first
     values: Values = {name: {} for name in inputs.models}
@@ -161,8 +189,7 @@ def table_of(inputs: Inputs) -> pd.DataFrame:
         for name, by_metric in run.compute().items():
             values[name] |= by_metric
     order = [m for key in opts.metrics for m in (key, *METRICS[key].spreads)]  # the asked order
-    values = {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
-    return from_values(values, inputs.groups.names, inputs.groups.weights(opts.weights))
+    return {name: {m: v[m] for m in order if m in v} for name, v in values.items()}
 
 
 def share_products(runs: Sequence[Run]) -> list[Run]:
@@ -199,26 +226,17 @@ def score_client(
     ``options``, ``changes``, ``device`` and ``block_size`` are those of :func:`score`
     (``weights`` does not matter for one client); the result maps each model to
     ``{metric: value}`` (and ``kd_std`` in subsets mode), equal to that client's
-    ``client`` rows of ``score``. An rbf/laplace kernel needs an explicit
+    ``client`` rows of ``score``: the client's rows scored as one pool
+    (:func:`pooled_of`, no table). An rbf/laplace kernel needs an explicit
     ``kernel_params["bandwidth"]``: the bandwidth must be the same for all clients
     (computed once, e.g. with ``median_bandwidth`` on pooled or public data), never a
     client's own median.
     """
-    opts = score_options(options, **changes)
-    if uses_kernel(opts.metrics) and needs_bandwidth(opts.kernel, opts.kernel_params):
-        raise ValueError(
-            f"kernel_params: kernel {opts.kernel!r} needs an explicit 'bandwidth' for "
-            "client scores (one bandwidth shared by all clients)"
-        )
+    opts = score_options(options, **changes)  # the one normalisation of a client's call
     x = as_features(client_features, "client_features")
-    table = score(
-        x, np.zeros(x.shape[0], dtype=np.int64), models, opts, device=device, block_size=block_size
-    )
-    pooled = table[table.aggregation == "all"]
-    out: dict[str, dict[str, float]] = {}
-    for row in pooled.itertuples():
-        out.setdefault(row.model, {})[row.metric] = float(row.value)
-    return out
+    one = np.zeros(x.shape[0], dtype=np.int64)  # the client's rows: one pool
+    inputs = prepare(x, one, models, opts, device=device, block_size=block_size, median=False)
+    return pooled_of(inputs)
 
 
 def client_scores(client_features, model_features, options=None, **changes) -> dict[str, float]:

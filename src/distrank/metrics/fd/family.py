@@ -1,7 +1,9 @@
 """FD, the Fréchet distance of Gaussian fits: its family and its metric.
 
 plain: per client, then pooled from the clients' statistics (``fd.frechet.pool_stats``), in
-chunks of models and of clients (memory: a chunk of each, whatever their numbers).
+chunks of models and of clients (memory: a chunk of each, whatever their numbers); the
+pooled value alone (``Inputs.per_client`` False) from the same statistics, without the
+clients' Fréchet distances.
 partitions: one product of the reference with each model serves every partition
 (``fd.frechet.partition_fds``).
 """
@@ -46,6 +48,9 @@ class FD(Family):
                 held = {}
                 for c in range(k):
                     s = gaussian_stats(inputs.client_rows(c), device=dev)
+                    if not inputs.per_client:  # the pool's statistics only
+                        yield s
+                        continue
                     held[c] = s if s.factor is None else GaussianStats(s.n, s.mean, None, s.factor)
                     if c == k - 1 or sum(_bytes(h) for h in held.values()) >= FD_CHUNK_BYTES:
                         values = frechet_distances(list(held.values()), models, device=dev)
@@ -64,7 +69,8 @@ class FD(Family):
                 )
                 pooled = pool_stats(clients(cols, model_stats))
                 fd[k, cols] = frechet_distances([pooled], model_stats, device=dev)[0]
-            return {name: {"fd": (float(fd[-1, g]), fd[:-1, g])} for g, name in enumerate(names)}
+            local = fd[:-1].T if inputs.per_client else [None] * len(names)  # model -> (k,)
+            return {name: {"fd": (float(fd[-1, g]), local[g])} for g, name in enumerate(names)}
 
         return Run(compute)
 

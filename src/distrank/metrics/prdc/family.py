@@ -1,9 +1,9 @@
 """Precision, Recall, Density and Coverage: one family, four metrics.
 
-plain: one blocked pass over the distance blocks (``prdc.scores.prdc``); with Recall and one
-of the other three it forms every product KD's sums need, so it feeds them
-(``Run.feeds_products``). partitions: the distance blocks of each model serve every
-partition (``prdc.partitions.partition_prdc``).
+plain: one blocked pass over the distance blocks (``prdc.scores.prdc``; the pool's radii and
+hits alone where ``Inputs.per_client`` is False); with Recall and one of the other three it
+forms every product KD's sums need, so it feeds them (``Run.feeds_products``). partitions:
+the distance blocks of each model serve every partition (``prdc.partitions.partition_prdc``).
 """
 
 from __future__ import annotations
@@ -34,16 +34,15 @@ class PRDC(Family):
                 device=inputs.device,
                 block_size=inputs.block_size,
                 products=products,
+                per_client=inputs.per_client,
             )
             clients = [str(c) for c in range(len(groups.names))]
+
+            def local(by_client: dict):
+                return np.array([by_client[c] for c in clients]) if inputs.per_client else None
+
             return {
-                name: {
-                    m: (
-                        float(result[name][m]["all"]),
-                        np.array([result[name][m][c] for c in clients]),
-                    )
-                    for m in keys
-                }
+                name: {m: (float(result[name][m]["all"]), local(result[name][m])) for m in keys}
                 for name in inputs.models
             }
 

@@ -66,6 +66,7 @@ def prdc(
     device=None,
     block_size: int | None = None,
     products=None,
+    per_client: bool = True,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Score every model against the pooled reference and against each client.
 
@@ -83,11 +84,14 @@ def prdc(
         a :class:`~distrank.metrics.kd.sums.SumsBuilder`, given every product
         block this pass forms, in ``kd.sums.kernel_sums``' order, so that KD needs no
         GEMM of its own; needs ``recall`` and one of the other three metrics.
+    per_client
+        False: the pooled values alone (no client radii or hits), bit for bit those of True.
 
     Returns
     -------
     dict
-        ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``.
+        ``result[model][metric]`` = ``{"all": pooled value, str(label): client value, ...}``
+        (``{"all": pooled value}`` when not ``per_client``).
 
     Raises
     ------
@@ -112,27 +116,31 @@ def prdc(
     check_sizes(sizes, {m: prdc_rows(m, pr_k, dc_k) for m in wanted})
     ref_ks = _reference_ks(wanted, pr_k, dc_k, products)
 
-    # Rows grouped by client, so that a client is a slice; all data centred on the
-    # reference mean, which leaves distances unchanged but reduces cancellation.
-    ref = reference[torch.as_tensor(order, device=reference.device)]
-    ref = ref.to(device=device, dtype=dtype_)
-    ref = Centred.of(ref, column_mean(ref).to(dtype_), in_place=True)
+    ref = _grouped(reference, order, device, dtype_)
     if products is not None:
         products.reference(ref, np.repeat(np.arange(len(groups)), [b - a for a, b in groups]))
 
     pool_hook = None if products is None else products.pool
-    pooled_r2, client_r2 = _reference_radii(ref, groups, ref_ks, block, pool_hook)
+    radii = _reference_radii(ref, groups if per_client else None, ref_ks, block, pool_hook)
+    if not per_client:  # from here on, the pool alone
+        labels, groups = [], []
 
     result = {}
     for name, y in fakes.items():
         fake = Centred.of(y.to(device=device, dtype=dtype_), ref.center)
         if products is not None:
             products.start_model(fake)
-        hits = _hits(
-            ref, fake, groups, (pooled_r2, client_r2), wanted, (pr_k, dc_k), block, products
-        )
+        hits = _hits(ref, fake, groups, radii, wanted, (pr_k, dc_k), block, products)
         result[name] = _values(hits, labels, groups, wanted, dc_k, fake.rows.shape[0])
     return result
+
+
+def _grouped(reference, order, device, dtype_) -> Centred:
+    """The reference rows grouped by client, so that a client is a slice, centred on their
+    mean, which leaves distances unchanged but reduces cancellation."""
+    ref = reference[torch.as_tensor(order, device=reference.device)]
+    ref = ref.to(device=device, dtype=dtype_)
+    return Centred.of(ref, column_mean(ref).to(dtype_), in_place=True)
 
 
 def _reference_ks(wanted, pr_k: int, dc_k: int, products) -> list[int]:
@@ -208,9 +216,12 @@ def _keep_smallest(best: torch.Tensor, d2: torch.Tensor) -> None:
 
 def _reference_radii(ref: Centred, groups, ks, block, on_gram=None):
     """Squared k-NN radii of each reference row within the pool and within its client
-    (``on_gram``: see :func:`_knn_sq_radii`, for the pool's blocks)."""
+    (``on_gram``: see :func:`_knn_sq_radii`, for the pool's blocks); ``groups`` None:
+    the pool's only (None for the clients')."""
     if not ks:
         return {}, {}
+    if groups is None:
+        return _knn_sq_radii(ref.rows, ref.sq, ks, block, on_gram), None
     return _knn_sq_radii(ref.rows, ref.sq, ks, block, on_gram, groups)
 
 
@@ -224,6 +235,8 @@ def _hits(ref: Centred, fake: Centred, groups, radii2, wanted, ks, block, produc
     ``density`` (2, n) int, fake rows inside each reference ball (pooled, client
     radii); ``coverage`` (2, n) bool, nearest fake row inside the ball. ``products``
     gets the model's own blocks (``model_self``) and the cross blocks (``cross``).
+    Client radii None (and no ``groups``): the pooled rows alone (density's client row
+    stays 0, coverage has one row).
     """
     (pooled_r2, client_r2), (pr_k, dc_k) = radii2, ks
     n, m = ref.rows.shape[0], fake.rows.shape[0]
@@ -246,7 +259,8 @@ def _hits(ref: Centred, fake: Centred, groups, radii2, wanted, ks, block, produc
         _add_block(hits, d2, rows, cols, segments[rows.start], radii)
     if "coverage" in wanted:
         nearest_d2 = hits.pop("nearest_d2")
-        hits["coverage"] = torch.stack([nearest_d2 < pooled_r2[dc_k], nearest_d2 < client_r2[dc_k]])
+        radii = [pooled_r2] if client_r2 is None else [pooled_r2, client_r2]
+        hits["coverage"] = torch.stack([nearest_d2 < r2[dc_k] for r2 in radii])
     return {metric: h.cpu() for metric, h in hits.items()}
 
 
@@ -274,12 +288,14 @@ def _add_block(hits, d2, rows: slice, cols: slice, segments, radii) -> None:
     if "precision" in hits:
         inside = d2 < pooled_r2[pr_k][rows].unsqueeze(1)
         hits["precision"][0, cols] |= _any(inside, dim=0)
-        inside = d2 < client_r2[pr_k][rows].unsqueeze(1)
+        if client_r2 is not None:
+            inside = d2 < client_r2[pr_k][rows].unsqueeze(1)
         for c, a, b in segments:
             hits["precision"][1 + c, cols] |= _any(inside[a:b], dim=0)
     if "density" in hits:
-        for row, r2 in enumerate((pooled_r2[dc_k], client_r2[dc_k])):
-            hits["density"][row, rows] += _count_true(d2 < r2[rows].unsqueeze(1), dim=1)
+        radii = (pooled_r2,) if client_r2 is None else (pooled_r2, client_r2)
+        for row, r2 in enumerate(radii):
+            hits["density"][row, rows] += _count_true(d2 < r2[dc_k][rows].unsqueeze(1), dim=1)
     if "nearest_d2" in hits:
         nearest_d2 = hits["nearest_d2"]
         torch.minimum(nearest_d2[rows], d2.amin(dim=1), out=nearest_d2[rows])
@@ -311,7 +327,7 @@ def _values(hits, labels, groups, wanted, dc_k, m) -> dict[str, dict[str, float]
             out[metric] |= {name: rate(h[1 + c]) for c, name in enumerate(labels)}
         else:
             value = density if metric == "density" else rate
-            pooled, local = (h, h) if metric == "recall" else (h[0], h[1])
-            out[metric] = {"all": value(pooled)}
-            out[metric] |= {name: value(local[a:b]) for name, (a, b) in zip(labels, groups)}
+            out[metric] = {"all": value(h if metric == "recall" else h[0])}
+            for name, (a, b) in zip(labels, groups):
+                out[metric][name] = value((h if metric == "recall" else h[1])[a:b])
     return out
