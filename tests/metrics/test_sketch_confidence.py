@@ -73,9 +73,9 @@ def test_pair_and_order_confidence_are_the_normal_probabilities():
     d1, d2 = t["y"] - t["x"], t["z"] - t["y"]
     cov = 4 * sigma**2 * np.array([[d1 @ d1, d1 @ d2], [d1 @ d2, d2 @ d2]])
     exact = stats.multivariate_normal(mean=[0, 0], cov=cov).cdf([0.03, 0.08])
-    got = conf.order_confidence(values, t, sigma)
+    got = conf.order_confidence(values, conf.sketch_loadings(t, sigma))
     assert got == pytest.approx(exact, abs=0.005)  # 100,000 draws: se <= 0.0016
-    table = conf.confidence_table(values, t, sigma, level=0.9)
+    table = conf.confidence_table(values, conf.sketch_loadings(t, sigma), level=0.9)
     assert list(table.model) == ["x", "y"] and list(table.next) == ["y", "z"]
     std = 2 * sigma * np.linalg.norm(d1)
     assert table.noise_std[0] == pytest.approx(std)

@@ -198,3 +198,19 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def print_confidence(confidence) -> None:
+    """Print, per ranking of a confidence record (``metrics.sketch.confidence``), how
+    sure the whole order is and every adjacent pair the noise leaves unresolved."""
+    for agg, whole in confidence["order"].items():
+        open_ = [p for p in confidence["pairs"] if p["aggregation"] == agg and not p["resolved"]]
+        print(
+            f"\n{agg}: the whole order holds with probability {whole:.3f}; {len(open_)} "
+            f"adjacent pair(s) unresolved at level {confidence['level']:g}"
+            + "".join(
+                f"\n  {p['model']} vs {p['next']}: gap {p['gap']:.4g}, noise std "
+                f"{p['noise_std']:.3g}, P(order) {p['p_order']:.3f}"
+                for p in open_
+            )
+        )

@@ -16,11 +16,14 @@ from pathlib import Path
 from distrank._checks import InputError
 from distrank.cli.common import (
     EXIT_OK,
+    UsageError,
     add_extractor_arguments,
     input_features,
     kernel_param,
     library_defaults,
     named_path,
+    open_unit,
+    print_confidence,
 )
 from distrank.metrics.registry import METRICS
 
@@ -133,6 +136,14 @@ def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--delta", type=float, metavar="DELTA", help="delta of each client's budget")
     g.add_argument(
+        "--level",
+        type=open_unit,
+        metavar="LEVEL",
+        help="with --private: a pair of models is resolved when the noise leaves its order "
+        "at least this sure; per adjacent pair, the gap, its noise std, that probability "
+        "and whether it is resolved go beside --out in NAME.confidence.csv (default: 0.95)",
+    )
+    g.add_argument(
         "--intervals",
         type=int,
         metavar="N",
@@ -187,6 +198,8 @@ def run(args) -> int:
 
     if args.private is not None and args.intervals is not None:
         raise InputError("--private and --intervals: intervals of private scores are not offered")
+    if args.level is not None and args.private is None:
+        raise UsageError("--level: the confidence of a ranking is given for --private only")
     with input_features(args) as features:
         inputs = scoring_inputs(
             features, reference=args.reference, clients=args.clients or (), models=args.models
@@ -208,7 +221,14 @@ def run(args) -> int:
     else:
         score_table.write(table, args.out, meta, fmt)
     print(summary(table))
-    print(f"\nwrote {len(table)} rows to {args.out}")
+    if "confidence" in meta:
+        from distrank.metrics.sketch.confidence import confidence_path, write_confidence
+
+        write_confidence(meta, args.out)
+        print_confidence(meta["confidence"])
+        print(f"\nwrote {len(table)} rows to {args.out} (pairs: {confidence_path(args.out)})")
+    else:
+        print(f"\nwrote {len(table)} rows to {args.out}")
     return EXIT_OK
 
 
@@ -236,8 +256,11 @@ def scored(inputs, options, meta: dict, args):
 
 
 def private(inputs, options, meta: dict, args):
-    """``--private``: ``distrank.metrics.privacy.private_scores``, its budget in ``meta``."""
+    """``--private``: ``distrank.metrics.privacy.private_scores``, its budget and noise in
+    ``meta``, and the confidence of its ranking
+    (``distrank.metrics.sketch.confidence.private_confidence``)."""
     from distrank.metrics.privacy import EPSILON_RANGE, private_scores
+    from distrank.metrics.sketch.confidence import LEVEL, private_confidence
 
     low, high = EPSILON_RANGE
     if not low <= args.private <= high:  # NaN fails too
@@ -261,7 +284,11 @@ def private(inputs, options, meta: dict, args):
         "n_releases": budget.n_releases,
         "noise_multiplier": budget.noise_multiplier,
         "epsilon_spent": budget.epsilon_spent,
+        "client_noise_std": table.attrs["client_noise_std"],
+        "avg_noise_std": table.attrs["avg_noise_std"],
     }
+    conf = private_confidence(table, table.attrs["avg_noise_std"], args.level or LEVEL)
+    meta["confidence"] = conf | {"pairs": conf["pairs"].to_dict(orient="records")}
     print(
         f"privacy: each client spent epsilon {budget.epsilon_spent:.6g} at delta "
         f"{budget.delta:g} on {budget.n_releases} releases (noise multiplier "

@@ -36,6 +36,7 @@ from distrank.cli.common import (
     open_unit,
     positive,
     positive_float,
+    print_confidence,
 )
 from distrank.cli.score import add_model_argument, add_output_arguments
 
@@ -348,17 +349,7 @@ def _print(table, confidence, out) -> None:
     from distrank.report.summary import summary
 
     print(summary(table))
-    for agg, whole in confidence["order"].items():
-        open_ = [p for p in confidence["pairs"] if p["aggregation"] == agg and not p["resolved"]]
-        print(
-            f"\n{agg}: the whole order holds with probability {whole:.3f}; {len(open_)} "
-            f"adjacent pair(s) unresolved at level {confidence['level']:g}"
-            + "".join(
-                f"\n  {p['model']} vs {p['next']}: gap {p['gap']:.4g}, noise std "
-                f"{p['noise_std']:.3g}, P(order) {p['p_order']:.3f}"
-                for p in open_
-            )
-        )
+    print_confidence(confidence)
     print(f"\nwrote {len(table)} rows to {out} (pairs: {confidence_path(out)})")
 
 

@@ -197,8 +197,27 @@ def release_kd(
             f"budget: split over {budget.n_releases} releases, but each client "
             f"releases {values.shape[-2]} values (one per model)"
         )
-    std = np.array([budget.noise_std(kd_sensitivity(int(n), estimator=estimator)) for n in sizes])
+    std = client_noise_stds(sizes, budget=budget, estimator=estimator)
     return values + rng.standard_normal(values.shape) * std
+
+
+def client_noise_stds(client_sizes, *, budget: PrivacyBudget, estimator: str = "unbiased"):
+    """(k,) sigma_i of each client's releases (:func:`release_kd`): ``budget``'s noise
+    multiplier times ``kd_sensitivity(n_i)``."""
+    return np.array(
+        [budget.noise_std(kd_sensitivity(int(n), estimator=estimator)) for n in client_sizes]
+    )
+
+
+def avg_noise_std(
+    client_sizes, weights, *, budget: PrivacyBudget, estimator: str = "unbiased"
+) -> float:
+    """The noise std of every model's released ``avg``, sum_i w_i (KD_i + e_i) with e_i ~
+    N(0, sigma_i^2) (:func:`client_noise_stds`): sqrt(sum_i w_i^2 sigma_i^2), the same for
+    every model and independent across models (each release is its own draw); 4 z sqrt(k)
+    / n (U-statistic) under the weights n_i / n (module doc)."""
+    stds = client_noise_stds(client_sizes, budget=budget, estimator=estimator)
+    return float(np.sqrt(np.sum((np.asarray(weights, np.float64) * stds) ** 2)))
 
 
 def check_private_options(opts: ScoreOptions) -> None:
@@ -328,7 +347,9 @@ def private_scores(
     those of ``metrics.score`` (None: :data:`PRIVATE_OPTIONS`); ``metrics`` must be
     ``("kd",)`` and ``kernel`` bounded (``rbf``/``laplace``) with an explicit
     ``kernel_params["bandwidth"]`` chosen without the clients' rows. Noise comes from
-    ``numpy.random.default_rng(seed)``.
+    ``numpy.random.default_rng(seed)``. The table's ``attrs`` hold the noise std of each
+    client's releases (``client_noise_std``: client -> sigma_i) and of every model's
+    ``avg`` (``avg_noise_std``, :func:`avg_noise_std`).
     """
     from distrank.clients import client_groups
     from distrank.metrics.scoring import score
@@ -351,7 +372,15 @@ def private_scores(
         rng=np.random.default_rng(opts.seed),
     )
     values = {model: {"kd": (None, noisy[g])} for g, model in enumerate(names)}
-    return from_values(values, groups.names, groups.weights(opts.weights)), budget
+    weights = groups.weights(opts.weights)
+    table = from_values(values, groups.names, weights)
+    # the noise each release carries: metrics.sketch.confidence.private_confidence
+    stds = client_noise_stds(groups.sizes, budget=budget, estimator=opts.kd_estimator)
+    table.attrs["client_noise_std"] = dict(zip(groups.names, stds.tolist()))
+    table.attrs["avg_noise_std"] = avg_noise_std(
+        groups.sizes, weights, budget=budget, estimator=opts.kd_estimator
+    )
+    return table, budget
 
 
 def _check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:

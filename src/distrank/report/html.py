@@ -19,7 +19,10 @@ script, no network, that says for the user's own models:
   between the two rankings, per metric (:mod:`distrank.metrics.table`);
 - the E1 and E6 figures of the pipeline, drawn for these models;
 - for a table with client rows only (a federation that never pooled data), what
-  the clients' scores do and do not tell about the centralized ranking.
+  the clients' scores do and do not tell about the centralized ranking;
+- for a private ranking (``distrank rank``, ``distrank score --private``), the privacy
+  parameters, every adjacent pair the noise leaves unresolved and the ranks those pairs
+  tie (:mod:`distrank.report.privacy`).
 
 Numbers are shown to four significant digits (the table keeps every digit), and a
 difference within float rounding of the scores it is taken from as such.
@@ -53,7 +56,13 @@ from distrank.metrics.table import COLUMNS, check, flipped_pairs
 from distrank.metrics.table import per_metric as _per_metric
 from distrank.report.client_sections import agrees, client_only_section, clients_section
 from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
-from distrank.report.privacy import privacy_facts, privacy_section, tied_ranks, unresolved
+from distrank.report.privacy import (
+    privacy_facts,
+    privacy_section,
+    private_values_section,
+    tied_ranks,
+    unresolved,
+)
 from distrank.report.verdicts import consistency
 
 __all__ = ["build_report", "write_report"]
@@ -111,6 +120,8 @@ def build_report(
             _flips_section(scores, name),
             _figures_section(scores, extractor),
         ]
+    elif meta.get("confidence"):  # score --private: the noise decides what the avg tells
+        body += [private_values_section(scores, meta, name), privacy_section(meta)]
     else:
         body.append(client_only_section(scores, meta, name))
     if (scores["aggregation"] == "client").any():

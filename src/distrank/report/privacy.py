@@ -1,6 +1,7 @@
-"""The report page's account of a private ranking (``distrank rank``'s metadata): the
-privacy of each site, which adjacent pairs the noise leaves unresolved, and the tied
-ranks those pairs make (``metrics.sketch.confidence``)."""
+"""The report page's account of a private ranking (the metadata of ``distrank rank`` or
+``distrank score --private``): the privacy of each site or client, which adjacent pairs
+the noise leaves unresolved, and the tied ranks those pairs make
+(``metrics.sketch.confidence``)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,11 @@ def tied_ranks(meta: Mapping, aggregation: str) -> dict[str, str]:
 
 
 def privacy_facts(meta: Mapping) -> list[tuple[str, str]]:
-    """Header lines of a sketch table: its map and each site's privacy."""
+    """Header lines of a private table: a sketch table's map and each site's privacy, or
+    the budget and noise of ``score --private``'s releases."""
     about = meta.get("sketch")
     if not about:
-        return []
+        return _release_facts(meta.get("privacy"))
     m = about.get("map") or {}
     facts = [
         (
@@ -71,6 +73,61 @@ def privacy_facts(meta: Mapping) -> list[tuple[str, str]]:
     return facts
 
 
+def _release_facts(privacy: Mapping | None) -> list[tuple[str, str]]:
+    """``score --private``'s budget (each client's) and the noise std of its releases."""
+    if not privacy:
+        return []
+    clients = privacy.get("client_noise_std") or {}
+    budget = (
+        f"each client epsilon {privacy['epsilon']:g}, delta {privacy['delta']:g} over "
+        f"{privacy['n_releases']} releases (Gaussian mechanism, noise multiplier "
+        f"{privacy['noise_multiplier']:.4g})"
+    )
+    noise = "; ".join(f"{c}: {s:.3g}" for c, s in clients.items())
+    facts = [("privacy", budget)]
+    if noise:
+        facts.append(("noise std per client release", noise))
+    if privacy.get("avg_noise_std") is not None:
+        facts.append(("noise std of each avg", f"{privacy['avg_noise_std']:.3g}"))
+    return facts
+
+
+def private_values_section(scores, meta: Mapping, name) -> str:
+    """The ``avg`` value and rank of every model of a ``score --private`` table, lowest
+    first; models joined by an unresolved pair share a rank (:func:`tied_ranks`)."""
+    level = meta["confidence"]["level"]
+    avg = scores[(scores["aggregation"] == "avg") & (scores["metric"] == "kd")]
+    avg = avg.sort_values("value", kind="mergesort")
+    ranks = tied_ranks(meta, "avg")
+    rows = "".join(
+        f'<tr data-model="{esc(r.model)}"><td>{esc(r.model)}</td>'
+        f"<td class=num>{num(r.value)}</td><td class=num>{ranks.get(r.model, '1')}</td></tr>"
+        for r in avg.itertuples()
+    )
+    shown = esc(name("kd"))
+    weights = (meta.get("options") or {}).get("weights")
+    pooled = "would rank the models as the pooled data do (Theorem 1)" + (
+        ""
+        if weights == "size"
+        else f" under the weights n_i/n, not these ({esc(weights or 'not recorded')})"
+    )
+    body = (
+        f'<table class="values"><thead><tr><th>model</th><th class=num>{shown} avg '
+        "&darr;</th><th class=num>rank</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+    return section(
+        "values",
+        f"Private scores: {shown} avg per model",
+        body,
+        f"<p>Each client released its {shown} of every model with Gaussian noise (the "
+        "privacy lines above); avg is the clients' weighted mean of the noisy values, the "
+        f"only aggregate the server forms. Without the noise, {shown}_avg {pooled}; with "
+        "it, the ranking holds only where the noise separates the models: models joined "
+        f"by a pair unresolved at level {level:g} share a rank (1 = best).</p>",
+    )
+
+
 def privacy_section(meta: Mapping) -> str:
     """Which pairs the noise leaves unresolved, and how sure each order is."""
     conf = meta.get("confidence")
@@ -78,9 +135,9 @@ def privacy_section(meta: Mapping) -> str:
         return ""
     level, open_ = conf["level"], unresolved(meta)
     items = []
-    for agg in ("all", "avg"):
+    for agg in [a for a in ("all", "avg") if a in (conf.get("order") or {})]:
         pairs = open_.get(agg, [])
-        whole = (conf.get("order") or {}).get(agg)
+        whole = conf["order"][agg]
         rows = "".join(
             f'<tr data-aggregation="{agg}"><td>{esc(p["model"])}</td><td>{esc(p["next"])}</td>'
             f"<td class=num>{num(p['gap'])}</td><td class=num>{num(p['noise_std'])}</td>"
@@ -107,6 +164,7 @@ def privacy_section(meta: Mapping) -> str:
         "probability that the noiseless sketches order the pair as shown; models joined by "
         "an unresolved pair share a rank.</p>"
         if bias
-        else ""
+        else "<p>P(order) is the probability that the noiseless scores order the pair as "
+        "shown; models joined by an unresolved pair share a rank.</p>"
     )
     return section("privacy", "What the noise leaves unresolved", "".join(items) + note)

@@ -14,6 +14,18 @@ follow exactly:
   (:func:`gap_std`), and the adjacent gaps of an order are jointly Gaussian with
   covariance :math:`4 \sigma^2 (t_a - t_b) \cdot (t_c - t_d)`.
 
+Both are cases of one form, which the functions below take: every model's value carries
+noise :math:`L_m \cdot \xi`, :math:`\xi \sim \mathcal N(0, I)`, for *loadings*
+:math:`L_m` (:func:`sketch_loadings`: :math:`L_m = 2 \sigma t_m`), so a gap's noise std is
+:math:`|L_a - L_b|` and adjacent gaps have covariance :math:`(L_b - L_a) \cdot (L_d - L_c)`.
+``distrank score --private`` is the other case (:func:`private_confidence`): each client
+releases its KD of each model with its own independent noise :math:`\mathcal N(0,
+\sigma_i^2)` (:func:`distrank.metrics.privacy.release_kd`), so model a's ``avg``
+carries :math:`\mathcal N(0, s_a^2)`, :math:`s_a^2 = \sum_i w_i^2 \sigma_i^2`
+(:func:`distrank.metrics.privacy.avg_noise_std`), independent across models
+(:func:`independent_loadings`: :math:`L_m = s_m e_m`), and a gap's noise std is
+:math:`\sqrt{s_a^2 + s_b^2}`.
+
 From an observed gap g of noise std :math:`\tau`, :func:`pair_confidence` gives
 :math:`\Phi(|g| / \tau)`: the probability, under a flat prior on the noiseless gap,
 that the noiseless sketch orders the pair as the noisy one does; the pair is
@@ -64,6 +76,19 @@ def gap_std(noise_std: float, t_a: np.ndarray, t_b: np.ndarray) -> float:
     return 2.0 * noise_std * float(np.linalg.norm(np.asarray(t_a) - np.asarray(t_b)))
 
 
+def sketch_loadings(sketches: Mapping[str, np.ndarray], noise_std: float) -> dict:
+    """model -> ``2 sigma t_m``: a noisy sketch's noise on the models' values (module doc;
+    the gap of a and b then has noise std :func:`gap_std`)."""
+    return {m: 2.0 * noise_std * np.asarray(t, np.float64) for m, t in sketches.items()}
+
+
+def independent_loadings(stds: Mapping[str, float]) -> dict:
+    """model -> ``s_m e_m``: independent N(0, s_m^2) noise on each model's value (a gap's
+    noise std is then ``sqrt(s_a^2 + s_b^2)``)."""
+    eye = np.eye(len(stds))
+    return {m: float(s) * eye[i] for i, (m, s) in enumerate(stds.items())}
+
+
 def pair_confidence(gap: float, std: float) -> float:
     """``Phi(|gap| / std)``: the probability that the noiseless order of the pair is the
     observed one (1 without noise)."""
@@ -84,24 +109,20 @@ def _adjacent(values: Mapping[str, float]) -> list[tuple[str, str]]:
 
 
 def confidence_table(
-    values: Mapping[str, float],
-    sketches: Mapping[str, np.ndarray],
-    noise_std: float,
-    *,
-    level: float = LEVEL,
+    values: Mapping[str, float], loadings: Mapping[str, np.ndarray], *, level: float = LEVEL
 ) -> pd.DataFrame:
     """Per adjacent pair of the observed order (lowest KD first): ``rank``, ``model``,
     ``next`` (the model ranked after it), ``gap`` (>= 0, in the metric's units),
     ``noise_std`` of the gap, ``p_order`` (:func:`pair_confidence`) and ``resolved`` (at
     ``level``).
 
-    ``values``: model -> observed value; ``sketches``: model -> its mean sketch t;
-    ``noise_std``: the per-entry noise std of the reference sketch.
+    ``values``: model -> observed value; ``loadings``: model -> the loadings of its
+    value's noise (module doc: :func:`sketch_loadings`, :func:`independent_loadings`).
     """
     z, rows = z_of(level), []
     for i, (a, b) in enumerate(_adjacent(values), 1):
         gap = values[b] - values[a]
-        std = gap_std(noise_std, sketches[a], sketches[b])
+        std = float(np.linalg.norm(np.asarray(loadings[b]) - np.asarray(loadings[a])))
         rows.append((i, a, b, gap, std, pair_confidence(gap, std), bool(gap >= z * std)))
     columns = ["rank", "model", "next", "gap", "noise_std", "p_order", "resolved"]
     return pd.DataFrame(rows, columns=columns)
@@ -109,21 +130,20 @@ def confidence_table(
 
 def order_confidence(
     values: Mapping[str, float],
-    sketches: Mapping[str, np.ndarray],
-    noise_std: float,
+    loadings: Mapping[str, np.ndarray],
     *,
     draws: int = ORDER_DRAWS,
     seed: int = 0,
 ) -> float:
-    """The probability that the noiseless sketch orders every model as observed: each
-    adjacent gap g_i keeps its sign when its noise e (jointly N(0, C), C_ij = 4 sigma^2
-    (t_a - t_b) . (t_c - t_d)) is taken off. A Monte Carlo estimate of ``draws`` draws
-    (seeded: the same inputs give the same number)."""
+    """The probability that the noiseless values order every model as observed: each
+    adjacent gap g_i keeps its sign when its noise e (jointly N(0, C), C_ij = (L_b - L_a)
+    . (L_d - L_c) for the ``loadings`` L, module doc) is taken off. A Monte Carlo
+    estimate of ``draws`` draws (seeded: the same inputs give the same number)."""
     pairs = _adjacent(values)
-    if not pairs or noise_std == 0:
+    diffs = np.array([np.asarray(loadings[b]) - np.asarray(loadings[a]) for a, b in pairs])
+    if not pairs or not diffs.any():
         return 1.0
-    diffs = np.array([np.asarray(sketches[b]) - np.asarray(sketches[a]) for a, b in pairs])
-    cov = 4.0 * noise_std**2 * diffs @ diffs.T
+    cov = diffs @ diffs.T
     gaps = np.array([values[b] - values[a] for a, b in pairs])
     noise = np.random.default_rng(seed).multivariate_normal(
         np.zeros(len(gaps)), cov, size=draws, method="eigh"
@@ -131,22 +151,40 @@ def order_confidence(
     return float(np.mean(np.all(gaps - noise > 0, axis=1)))
 
 
+def table_confidence(
+    table: pd.DataFrame, metric: str, loadings: Mapping[str, np.ndarray], level: float = LEVEL
+) -> dict:
+    """The confidence of the ``all`` and ``avg`` rankings (those the table has) of
+    ``metric``: ``pairs`` (:func:`confidence_table` of each, with columns ``aggregation``
+    and ``level``), ``order`` (aggregation -> :func:`order_confidence`) and ``level``."""
+    parts, order = [], {}
+    for agg in sorted({"all", "avg"} & set(table.aggregation)):
+        rows = table[(table.aggregation == agg) & (table.metric == metric)]
+        values = dict(zip(rows.model, rows.value))
+        pairs = confidence_table(values, loadings, level=level)
+        parts.append(pairs.assign(aggregation=agg, level=level))
+        order[agg] = order_confidence(values, loadings)
+    return {"pairs": pd.concat(parts, ignore_index=True), "order": order, "level": level}
+
+
 def ranking_confidence(
     pooled, model_sketches: Mapping[str, np.ndarray], table: pd.DataFrame, level: float = LEVEL
 ) -> dict:
-    """The confidence of a ``kd_sketch`` table's ``all`` and ``avg`` rankings: ``pairs``
-    (:func:`confidence_table` of each, with columns ``aggregation`` and ``level``),
-    ``order`` (aggregation -> :func:`order_confidence`) and ``level``. ``pooled`` is the
-    pooled reference ``Sketch`` (its ``noise_std`` is that of ``avg`` too: sum_i lambda_i
-    eta_i is the pooled noise), ``model_sketches`` every model's mean sketch t."""
-    parts, order = [], {}
-    for agg in sorted({"all", "avg"} & set(table.aggregation)):
-        rows = table[(table.aggregation == agg) & (table.metric == "kd_sketch")]
-        values = dict(zip(rows.model, rows.value))
-        pairs = confidence_table(values, model_sketches, pooled.noise_std, level=level)
-        parts.append(pairs.assign(aggregation=agg, level=level))
-        order[agg] = order_confidence(values, model_sketches, pooled.noise_std)
-    return {"pairs": pd.concat(parts, ignore_index=True), "order": order, "level": level}
+    """:func:`table_confidence` of a ``kd_sketch`` table. ``pooled`` is the pooled
+    reference ``Sketch`` (its ``noise_std`` is that of ``avg`` too: sum_i lambda_i eta_i is
+    the pooled noise), ``model_sketches`` every model's mean sketch t."""
+    loadings = sketch_loadings(model_sketches, pooled.noise_std)
+    return table_confidence(table, "kd_sketch", loadings, level)
+
+
+def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEVEL) -> dict:
+    """:func:`table_confidence` of a ``distrank.metrics.privacy.private_scores`` table
+    (its ``avg`` ranking of ``kd``): every model's ``avg`` carries independent N(0, s^2)
+    noise, s = ``noise_std`` (:func:`distrank.metrics.privacy.avg_noise_std`)."""
+    models = dict.fromkeys(table.model[(table.metric == "kd") & (table.aggregation == "avg")])
+    return table_confidence(
+        table, "kd", independent_loadings(dict.fromkeys(models, noise_std)), level
+    )
 
 
 def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float = LEVEL):
