@@ -112,6 +112,7 @@ def test_a_failing_torch_child_says_why():
     from distrank.features.torch_child import run
 
     with pytest.raises(
-        RuntimeError, match=r"(?s)torch child process \(nonsense\) exited 1:.*unknown job"
+        RuntimeError,
+        match=r"(?s)torch child process \(distrank:nonsense\) exited 1:.*AttributeError",
     ):
-        run("nonsense")
+        run("distrank:nonsense")

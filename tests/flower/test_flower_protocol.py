@@ -375,3 +375,5 @@ def test_the_report_page_reads_the_federated_table(tmp_path, federation, share):
     assert lines.count("model " + " ".join(sorted(sites))) == 3  # KD, FD, Recall: per client
     client_only = [line for line in lines if line.startswith("This table has no pooled ('all') ")]
     assert len(client_only) == (not share)
+    guarantees = "; ".join(f"{s}: {g}" for s, g in meta["privacy"]["sites"].items())
+    assert lines[lines.index("privacy") + 1] == guarantees  # each site's attested guarantee

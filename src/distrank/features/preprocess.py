@@ -306,12 +306,18 @@ def stored_resize_matrix(
 
         with atomic_path(path) as tmp:
             args = {"n_in": n_in, "n_out": n_out, "interpolation": interpolation}
-            run("resize", **args, antialias=antialias, out=str(tmp))
+            run(f"{__name__}:save_resize_matrix", **args, antialias=antialias, out=str(tmp))
             return np.load(tmp, allow_pickle=False)
     made = resize_matrix(n_in, n_out, interpolation, antialias)
     with atomic_open(path) as f:
         np.save(f, made)
     return made
+
+
+def save_resize_matrix(out: str, **kwargs) -> None:
+    """The child process's :func:`resize_matrix` (:mod:`distrank.features.torch_child`),
+    saved to ``out``."""
+    np.save(out, resize_matrix(**kwargs))
 
 
 @functools.cache

@@ -74,9 +74,13 @@ def privacy_facts(meta: Mapping) -> list[tuple[str, str]]:
 
 
 def _release_facts(privacy: Mapping | None) -> list[tuple[str, str]]:
-    """``score --private``'s budget (each client's) and the noise std of its releases."""
+    """``score --private``'s budget (each client's) and the noise std of its releases, or
+    each Flower site's guarantee in words."""
     if not privacy:
         return []
+    if "epsilon" not in privacy:  # a Flower table: what each site attested
+        sites = privacy.get("sites") or {}
+        return [("privacy", "; ".join(f"{s}: {g}" for s, g in sites.items()))] if sites else []
     clients = privacy.get("client_noise_std") or {}
     budget = (
         f"each client epsilon {privacy['epsilon']:g}, delta {privacy['delta']:g} over "
