@@ -25,6 +25,7 @@ def check(config: Mapping) -> list[str]:
     their metrics are known); returns the warnings to show."""
     load_plugins(config)
     _check_registered(config)
+    _check_options(config)
     _check_models(config)
     _check_sources(config)
     for key, settings in config.get("experiments", {}).items():
@@ -93,6 +94,18 @@ def _check_registered(config: Mapping) -> None:
                     f"config: {where}: {metric!r} is not a registered metric; known: "
                     f"{sorted(METRICS)} (a module under plugins: registers more)"
                 )
+
+
+def _check_options(config: Mapping) -> None:
+    """``metrics:`` holds scoring options (``distrank.metrics.options.specs``): the schema
+    takes any other key, an option a plugin metric may declare; here each key must be
+    an option of the package or of a registered metric, and each value one it takes."""
+    from distrank.metrics.options import score_options
+
+    try:
+        score_options(config.get("metrics") or {})
+    except ValueError as err:
+        raise ValueError(f"config: metrics: {err}") from None
 
 
 def _check_metrics(config: Mapping, key: str, experiment) -> None:

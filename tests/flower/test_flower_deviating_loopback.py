@@ -21,7 +21,7 @@ from flwr.cli.build import build_fab_from_disk
 from loopback import PINNED, Loopback
 from secure_run import pin_keys
 
-from distrank.flower.messages import OPTION_KEYS
+from distrank.flower.messages import option_keys
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
 from distrank.metrics.options import ScoreOptions
@@ -58,7 +58,7 @@ from flwr.common import FitIns, Parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 from flwr.serverapp import Grid, ServerApp
 
-from distrank.flower.messages import OPTION_KEYS
+from distrank.flower.messages import option_keys
 from distrank.flower.secure import plan as secure
 
 app = ServerApp()
@@ -92,10 +92,10 @@ def main(grid: Grid, context: Context) -> None:
     with open(context.run_config["out"], "w") as f:
         json.dump(got, f)
 """
-OPTIONS = {  # what the attacker's request carries (messages.OPTION_KEYS)
+OPTIONS = {  # what the attacker's request carries (messages.option_keys())
     k: v
     for k, v in ScoreOptions(metrics=("kd",), kernel_params={}, dtype="float64").as_dict().items()
-    if k in OPTION_KEYS
+    if k in option_keys()
 }
 SERVER = SERVER.replace("{OPTIONS!r}", repr(OPTIONS))
 STOCK = """\

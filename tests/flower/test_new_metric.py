@@ -8,10 +8,15 @@ lambda_i = n_i / n the pooled mean is sum_i lambda_i m_i, so
 the linear kernel, biased). It has a plain path only (re-aggregation and the bootstrap
 score it afresh), its ``all`` in plain Flower from the sites' shared means
 (``Metric.pooled``), and a secure sum of its own: the weighted sum of the sites' values
-for ``avg`` and the sum of their rows for ``all``. A second metric, biased KD with the
-run's kernel computed densely, shows that a plugin that declares ``uses_kernel`` gets
-the kernel in every path and a kernel bound in secure mode. A config that lists the
-module registering it under ``plugins:`` selects it in the pipeline.
+for ``avg`` and the sum of their rows for ``all``. A second metric, KD with the run's
+kernel computed densely, shows that a plugin that declares ``uses_kernel`` gets the
+kernel in every path and a kernel bound in secure mode; it owns an option,
+``kernelgap_estimator`` (biased or unbiased), declared in its ``Metric`` alone, which
+``distrank score`` takes as ``--kernelgap-estimator``, a config as a ``metrics:`` key,
+plain and secure Flower as the run-config key ``kernelgap-estimator`` (each site scores
+with it) and the report records. A config that lists the module registering it under
+``plugins:`` selects it in the pipeline: the plugin's module and that line are all it
+takes.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from secure_run import run_secure
 from textkit import html_tables
 
 from distrank.cli import main as cli
-from distrank.flower.messages import OPTION_KEYS, decode_reply, encode_request
+from distrank.flower.federation import RUN_CONFIG, RunSettings
+from distrank.flower.messages import decode_reply, encode_request, option_keys
 from distrank.flower.node import SiteConfig
 from distrank.flower.policy import Policy
 from distrank.flower.secure.server import bounds_path
@@ -37,7 +43,7 @@ from distrank.flower.site import score_site
 from distrank.metrics import kernel_distance, score
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
 from distrank.metrics.family import Family, Pooled, Run, SecureSum, WeightedSum
-from distrank.metrics.metric import METRIC_KEYS, SAFE, Metric, Rows
+from distrank.metrics.metric import METRIC_KEYS, SAFE, Metric, Option, Rows
 from distrank.metrics.options import ScoreOptions
 from distrank.metrics.reaggregate import score_partitions
 from distrank.metrics.registry import register, unregister
@@ -126,15 +132,21 @@ KERNEL_KEY = "kernelgap"
 
 
 class KernelGap(Family):
-    """Biased KD with the scorer's kernel (``inputs.kernel``), from dense kernel matrices."""
+    """KD with the scorer's kernel (``inputs.kernel``), from dense kernel matrices: the
+    V-statistic, or the U-statistic under ``kernelgap_estimator="unbiased"``."""
 
     uses_kernel = True
 
     def plain(self, inputs, keys):
         x, groups, k = inputs.reference.double(), inputs.groups, inputs.kernel
+        unbiased = inputs.options.kernelgap_estimator == "unbiased"
+
+        def within(a):
+            n, kaa = len(a), k(a, a)
+            return float((kaa.sum() - kaa.trace()) / (n * (n - 1))) if unbiased else kaa.mean()
 
         def kd(a, y):
-            return float(k(a, a).mean() + k(y, y).mean() - 2 * k(a, y).mean())
+            return float(within(a) + within(y) - 2 * k(a, y).mean())
 
         def compute():
             clients = [inputs.client_rows(c).double() for c in range(len(groups.names))]
@@ -152,10 +164,19 @@ KERNEL_METRIC = Metric(
     "KernelGap",
     False,
     KernelGap(),
-    lambda options: Rows(1, 1, "a kernel mean"),
+    lambda options: Rows(2, 2, "a kernel mean"),
     agrees=SAFE,
-    consistent="biased KD: Theorem 1",
+    consistent="KD (V- or U-statistic): Theorem 1",
     secure=WeightedSum(KERNEL_KEY, lambda plan: 4 * plan.kernel_bound),  # |KD| <= 4 max k
+    options=(
+        Option(
+            "kernelgap_estimator",
+            str,
+            "biased",
+            "KernelGap's estimator: the V-statistic (biased) or the U-statistic",
+            choices=("biased", "unbiased"),
+        ),
+    ),
 )
 
 
@@ -264,7 +285,7 @@ def test_flower_plain_and_secure(registered, federation, reference, tmp_path, se
     sites, models = federation
     expected = closed_forms(sites, models)
     options = ScoreOptions(metrics=(KEY,), dtype="float64", kernel_params={}).as_dict()
-    request = encode_request(models, {k: v for k, v in options.items() if k in OPTION_KEYS})
+    request = encode_request(models, {k: v for k, v in options.items() if k in option_keys()})
     replies = []
     for name, rows in sites.items():
         np.savez(tmp_path / f"{name}-site.npz", features=rows)
@@ -311,6 +332,80 @@ def test_a_plugin_that_uses_the_kernel(registered, federation, reference, tmp_pa
         assert 0 < r.bound < 1e-3 and abs(r.value - plain[r.model]) <= r.bound
 
 
+def kernel_gaps(sites: dict, models: dict, estimator: str) -> dict:
+    """(model, aggregation, client) -> KernelGap under the rbf kernel of bandwidth 2."""
+    x, n = np.concatenate(list(sites.values())), sum(len(r) for r in sites.values())
+    rbf = {"kernel": "rbf", "kernel_params": {"bandwidth": 2.0}, "dtype": "float64"}
+    out = {}
+    for g, y in models.items():
+        local = {s: kernel_distance(r, y, estimator=estimator, **rbf) for s, r in sites.items()}
+        out[(g, "all", "")] = kernel_distance(x, y, estimator=estimator, **rbf)
+        out[(g, "avg", "")] = sum(len(sites[s]) / n * v for s, v in local.items())
+        out |= {(g, "client", s): v for s, v in local.items()}
+    return out
+
+
+def test_its_own_option_reaches_every_path(
+    registered, federation, reference, tmp_path, server_process
+):
+    """``kernelgap_estimator``, declared in the plugin's Metric alone: a flag of the CLI,
+    recorded in its metadata and on the report page, a key of a run config that the
+    sites score with in plain and secure Flower; every value the U-statistic's."""
+    sites, models = federation
+    expected = kernel_gaps(sites, models, "unbiased")
+    assert expected != kernel_gaps(sites, models, "biased")
+    x, labels = reference
+    np.savez(tmp_path / "ref.npz", features=x, clients=labels)
+    args = ["score", "--reference", str(tmp_path / "ref.npz"), "--metric", KERNEL_KEY]
+    args += ["--kernel", "rbf", "--kernel-param", "bandwidth=2", "--dtype", "float64"]
+    for g, y in models.items():
+        np.savez(tmp_path / f"{g}.npz", features=y)
+        args += ["--model", f"{g}={tmp_path / g}.npz"]
+    out = tmp_path / "scores.csv"
+    assert cli([*args, "--kernelgap-estimator", "unbiased", "--out", str(out)]) == 0
+    table = pd.read_csv(out, keep_default_na=False, dtype={"client": str})
+    for r in table.itertuples():  # float32 features
+        assert r.value == pytest.approx(expected[(r.model, r.aggregation, r.client)], rel=1e-5)
+    meta = json.loads(meta_path(out).read_text())
+    assert meta["options"]["kernelgap_estimator"] == "unbiased"
+    assert "kernelgap_estimator=unbiased" in build_report(table, meta=meta)
+    # plain Flower: the run config's key, carried by the request, scored with at every site
+    run = RunSettings.from_run_config(
+        RUN_CONFIG
+        | {"models": "a=/a.npz", "sites": ",".join(sites), "out": "/o.csv", "dtype": "float64"}
+        | {"metrics": KERNEL_KEY, "kernel": "rbf", "kernel-params": "bandwidth=2"}
+        | {"kernelgap-estimator": "unbiased"}
+    )
+    assert run.options["kernelgap_estimator"] == "unbiased"
+    request = encode_request(models, run.options)
+    replies = []
+    for name, rows in sites.items():
+        np.savez(tmp_path / f"{name}-site.npz", features=rows)
+        site = SiteConfig(name, tmp_path / f"{name}-site.npz", Policy(plain=("scores",)))
+        replies.append(decode_reply(score_site(site, request)))
+    table = federated_table(replies, models=models)
+    assert set(table.aggregation) == {"avg", "client"}
+    for r in table.itertuples():
+        assert r.value == pytest.approx(expected[(r.model, r.aggregation, r.client)], rel=1e-10)
+    # secure Flower: the sites' U-statistics summed, every avg within its bound
+    _, out = run_secure(
+        tmp_path,
+        sites,
+        models,
+        metrics=KERNEL_KEY,
+        kernel="rbf",
+        **{"kernel-params": "bandwidth=2", "kernelgap-estimator": "unbiased"},
+    )
+    secure = pd.read_csv(out, keep_default_na=False).merge(pd.read_csv(bounds_path(out)))
+    assert list(secure.aggregation) == ["avg"] * len(models)
+    for r in secure.itertuples():
+        assert abs(r.value - expected[(r.model, "avg", "")]) <= r.bound < 1e-3
+    assert json.loads(meta_path(out).read_text())["options"]["kernelgap_estimator"] == "unbiased"
+    bad = {"models": "a=/a.npz", "sites": "x", "out": "/o.csv", "kernelgap-estimator": "jackknife"}
+    with pytest.raises(ValueError, match="kernelgap_estimator: expected one of"):
+        RunSettings.from_run_config(RUN_CONFIG | bad)
+
+
 def test_a_config_selects_it(registered, tmp_path, monkeypatch):
     """The pipeline's schema takes any metric name; the config check knows the registered
     ones, and a module under ``plugins:`` registers its own before the check."""
@@ -320,8 +415,21 @@ def test_a_config_selects_it(registered, tmp_path, monkeypatch):
 
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     config["metrics"]["metrics"] = [*METRIC_KEYS, KEY]  # the default study, and this metric
+    config["metrics"]["kernelgap_estimator"] = "unbiased"  # a plugin's own option
     validate(config, str(REPO / "workflow/schemas/config.schema.yaml"))
     check(config)  # registered by the fixture
+    for key, value, match in (
+        ("kernelgap_estimator", "jackknife", "kernelgap_estimator: expected one of"),
+        (
+            "kernelgap_estimater",
+            "unbiased",
+            r"unknown scoring option\(s\) \['kernelgap_estimater'\]",
+        ),
+    ):
+        wrong = {**config, "metrics": {**config["metrics"], key: value}}
+        validate(wrong, str(REPO / "workflow/schemas/config.schema.yaml"))  # any key, typed
+        with pytest.raises(ValueError, match=r"^config: metrics: .*" + match):
+            check(wrong)
     config["metrics"]["metrics"] = [*METRIC_KEYS, "nogap"]
     with pytest.raises(ValueError, match=r"^config: metrics.metrics: 'nogap' is not a registered"):
         check(config)

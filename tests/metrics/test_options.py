@@ -1,5 +1,8 @@
-"""ScoreOptions: one set of scoring defaults for the library, the CLI, the pipeline's
-schema and the Flower run config, checked once, taken by every scorer."""
+"""ScoreOptions: composed of the shared options and every registered metric's own, each
+declared once (an ``Option``); the CLI's flags and Flower's request keys are made from
+the declarations, the pipeline's schema, config.yaml, the Flower app's TOML and the
+engines' restated defaults are checked against them; checked once, taken by every
+scorer."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from distrank.cli import build_parser
 from distrank.metrics import ScoreOptions, score, score_options
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
 from distrank.metrics.metric import METRIC_KEYS
+from distrank.metrics.options import package_specs, specs
 from distrank.metrics.privacy import private_scores
 from distrank.metrics.reaggregate import score_partitions
 from distrank.metrics.scoring import score_client
@@ -35,22 +39,65 @@ def cli_defaults() -> dict:
     return values
 
 
-def test_schema_cli_and_dataclass_defaults_are_one_set():
+#: The names users write (config keys; with - for _, CLI flags and Flower keys): unchanged.
+NAMES = (
+    "metrics",
+    "kernel",
+    "kernel_params",
+    "kd_estimator",
+    "n_subsets",
+    "subset_size",
+    "seed",
+    "weights",
+    "pr_k",
+    "dc_k",
+    "dtype",
+)
+
+
+def test_the_options_are_their_declarations():
+    assert ScoreOptions.names() == tuple(package_specs()) == NAMES
     defaults = ScoreOptions.defaults()
+    assert defaults == {name: option.default for name, option in specs().items()}
     assert defaults == ScoreOptions().as_dict() | {"metrics": METRIC_KEYS}
     assert cli_defaults() == defaults
+    commands = next(a for a in build_parser("score")._actions if a.dest == "command")
+    flags = {a.dest: a for a in commands.choices["score"]._actions if a.dest in defaults}
+    for name, option in specs().items():  # each flag is the declaration's
+        if name not in ("metrics", "kernel_params"):
+            assert flags[name].option_strings == [f"--{option.key}"]
+            assert flags[name].help == f"{option.help} (default: %(default)s)"
+            assert tuple(flags[name].choices or ()) == option.choices
+
+
+def test_the_schema_and_config_yaml_are_the_declarations():
+    """The schema's metrics section declares the package's options with their defaults,
+    values and bounds (a subset of the values: the pipeline scores no KD subsets), and
+    config.yaml's metrics section sets options whose every departure from the default
+    names the default in its comment."""
     section = SCHEMA["properties"]["metrics"]
     assert "required" not in section  # every key has a default
-    schema = {key: spec["default"] for key, spec in section["properties"].items()}
-    schema["metrics"] = tuple(schema["metrics"])  # a YAML list
-    assert schema == {key: defaults[key] for key in schema}
-    # and every value the schema allows is one the dataclass takes
+    options = package_specs()
     for key, spec in section["properties"].items():
-        for value in spec.get("enum", []):
+        option = options[key]
+        default = tuple(spec["default"]) if key == "metrics" else spec["default"]
+        assert default == option.default, key
+        assert set(spec.get("enum", [])) <= set(option.choices), key
+        if option.type is int:
+            assert (spec["type"], spec["minimum"]) == ("integer", option.minimum), key
+        for value in spec.get("enum", []):  # every value the schema allows is taken
             assert getattr(ScoreOptions(**{key: value}), key) == value
+    lines = (REPO / "config.yaml").read_text().split("\nmetrics:\n")[1].split("\n\n")[0]
+    config = yaml.safe_load((REPO / "config.yaml").read_text())["metrics"]
+    assert score_options(config)  # every key an option, every value one it takes
+    for line in lines.splitlines():
+        key, _, rest = line.strip().partition(":")
+        value, _, comment = rest.partition("#")
+        if config[key] != options[key].default:
+            assert str(options[key].default) in comment, line
 
 
-def test_the_flower_run_config_defaults_are_the_dataclass():
+def test_the_flower_run_config_and_request_are_the_declarations():
     pytest.importorskip("flwr")
     from distrank.flower.federation import RUN_CONFIG, RunSettings
     from distrank.flower.secure import SECURE_CONFIG
@@ -62,6 +109,10 @@ def test_the_flower_run_config_defaults_are_the_dataclass():
     )
     assert run.score_options == ScoreOptions(kernel_params={})
     assert run.score_options.as_dict() | {"kernel_params": None} == ScoreOptions().as_dict()
+    from distrank.flower.messages import option_keys
+
+    assert tuple(option_keys()) == tuple(n for n in NAMES if n != "weights")  # a site's
+    assert tuple(RUN_CONFIG)[4:-1] == tuple(option.key for option in package_specs().values())
 
 
 def test_no_scorer_restates_a_default():
@@ -73,12 +124,13 @@ def test_no_scorer_restates_a_default():
 
 def test_the_math_functions_default_to_the_dataclass():
     """The engines below the scorers restate some defaults (they are imported by the
-    registry's families, so they cannot import the options): each equals the dataclass's,
+    registry's families, so they cannot import the options): each equals its declaration's,
     and every block size defaults to None (64 MiB blocks, ``_arrays.product_rows``)."""
     from distrank.metrics.kd import resample, subsets, sums
     from distrank.metrics.prdc import scores
 
-    defaults = ScoreOptions.defaults() | {"estimator": ScoreOptions.kd_estimator}
+    defaults = ScoreOptions.defaults()
+    defaults["estimator"] = defaults["kd_estimator"]
     engines = (
         sums.kernel_sums,
         sums.KDObjective,

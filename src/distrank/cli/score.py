@@ -3,8 +3,9 @@
 Inputs -> features (:func:`distrank.features.inputs.scoring_inputs`) -> scores
 (``metrics.score``, or ``metrics.privacy.private_scores`` with ``--private``; with
 ``--intervals``, ``metrics.bootstrap.with_intervals``) -> the table's file
-(``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. A new option is one more argument here and
-one more field of ``ScoreOptions`` (or one more library call).
+(``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. The scoring
+options' flags are made from their declarations (``metrics.options.specs``: a metric's
+own option, a plugin's included, is a flag here without a line of this module).
 """
 
 from __future__ import annotations
@@ -80,18 +81,19 @@ def add_model_argument(g) -> None:
 
 
 def add_metric_arguments(p: argparse.ArgumentParser) -> None:
-    """One argument per field of ``ScoreOptions``, its default the field's."""
-    from distrank.metrics.options import DTYPES, ESTIMATORS, KERNELS, WEIGHTS, ScoreOptions
+    """One argument per scoring option (``metrics.options.specs``: the shared ones and every
+    registered metric's), its default, choices and help the option's."""
+    from distrank.metrics.options import specs
 
-    d = ScoreOptions.defaults()
+    options = specs()
     g = p.add_argument_group("metrics (defaults: distrank.metrics.ScoreOptions')")
     g.add_argument(
         "--metric",
         nargs="+",
         choices=tuple(METRICS),  # every registered metric
-        default=list(d["metrics"]),
+        default=list(options["metrics"].default),
         dest="metrics",
-        help="metrics to compute (default: all)",
+        help=options["metrics"].help,
     )
     g.add_argument(
         "--kernel-param",
@@ -103,21 +105,23 @@ def add_metric_arguments(p: argparse.ArgumentParser) -> None:
         help="kernel parameter, e.g. bandwidth=2.5 or degree=3; repeatable (rbf/laplace "
         "bandwidth default: median heuristic on the pooled reference)",
     )
-    # flag (its dest is the option's name), choices or int, help
-    for flag, kind, text in (
-        ("--kernel", KERNELS, "KD kernel"),
-        ("--kd-estimator", ESTIMATORS, "KD estimator"),
-        ("--n-subsets", int, "subsets estimator: number of subsets"),
-        ("--subset-size", int, "subsets estimator: rows per subset"),
-        ("--seed", int, "seed of the subsets and the median heuristic"),
-        ("--weights", WEIGHTS, "client weights of avg: size = n_i/n, uniform = 1/k"),
-        ("--pr-k", int, "k of Precision and Recall"),
-        ("--dc-k", int, "k of Density and Coverage"),
-        ("--dtype", tuple(DTYPES), "float32: fast products, float64 sums; float64: exact"),
-    ):
-        typed = {"type": kind, "metavar": "N"} if kind is int else {"choices": kind}
-        default = d[flag[2:].replace("-", "_")]
-        g.add_argument(flag, default=default, help=f"{text} (default: %(default)s)", **typed)
+    for option in options.values():  # --kd-estimator: its dest is the option's name
+        if option.name not in ("metrics", "kernel_params"):
+            g.add_argument(
+                f"--{option.key}",
+                default=option.default,
+                help=f"{option.help} (default: %(default)s)",
+                **_typed(option),
+            )
+
+
+def _typed(option) -> dict:
+    """The argparse keywords of an option's values: its choices, else its type."""
+    if option.choices:
+        return {"choices": option.choices}
+    if option.type is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    return {"type": option.type, "metavar": {int: "N", float: "X"}.get(option.type, "VALUE")}
 
 
 def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:

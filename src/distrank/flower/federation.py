@@ -15,6 +15,9 @@ Run config (``[tool.flwr.app.config]`` of the app, overridden by ``flwr run
     weights       size or uniform
     timeout       seconds to wait for all sites to connect and reply
 
+Every scoring option is read under its ``Option.key`` (``metrics.options.specs``), a
+registered plugin metric's own included; the app's TOML declares the package's.
+
 Secure mode's keys are :data:`distrank.flower.secure.SECURE_CONFIG`.
 """
 
@@ -30,20 +33,21 @@ from flwr.app import Message, MessageType, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from distrank.flower.messages import OPTION_KEYS, SiteReply, decode_reply
-from distrank.metrics.options import ScoreOptions
+from distrank.flower.messages import SiteReply, decode_reply, option_keys
+from distrank.metrics.options import ScoreOptions, package_specs, specs
 
 
-def _option_defaults() -> dict[str, object]:
-    """The scoring options' run config keys and defaults: those of ``ScoreOptions``,
-    spelled as TOML keys and values (lists and kernel parameters as text)."""
+def _option_defaults(options) -> dict[str, object]:
+    """The run config keys and defaults of ``options`` (name -> ``Option``), spelled as
+    TOML keys and values (lists and kernel parameters as text)."""
     out = {}
-    for name, default in ScoreOptions.defaults().items():
+    for name, option in options.items():
+        default = option.default
         if name == "metrics":
             default = ",".join(default)
         elif name == "kernel_params":
             default = ""
-        out[name.replace("_", "-")] = default
+        out[option.key] = default
     return out
 
 
@@ -53,7 +57,7 @@ RUN_CONFIG = {
     "sites": "",
     "out": "",
     "report": "",
-    **_option_defaults(),
+    **_option_defaults(package_specs()),
     "timeout": 600.0,
 }
 
@@ -79,15 +83,20 @@ class RunSettings:
 
     @property
     def options(self) -> dict:
-        """The scoring options a request carries (``messages.OPTION_KEYS``)."""
-        return {k: v for k, v in self.score_options.as_dict().items() if k in OPTION_KEYS}
+        """The scoring options a request carries (``messages.option_keys``)."""
+        keys = option_keys()
+        return {k: v for k, v in self.score_options.as_dict().items() if k in keys}
 
     @classmethod
     def from_run_config(cls, config: Mapping) -> RunSettings:
+        options = specs()  # the package's and any registered plugin metric's
+        defaults = RUN_CONFIG | _option_defaults(options)
+
         def get(key, kind):
-            value = config.get(key, RUN_CONFIG[key])
-            if isinstance(value, bool) or not isinstance(value, kind):
-                raise ValueError(f"run config: {key!r} must be {kind.__name__}, got {value!r}")
+            value = config.get(key, defaults[key])
+            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+                name = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
+                raise ValueError(f"run config: {key!r} must be {name}, got {value!r}")
             return value
 
         models = {}
@@ -106,9 +115,9 @@ class RunSettings:
         timeout = float(get("timeout", (int, float)))
         if not timeout > 0:
             raise ValueError(f"run config: 'timeout' must be positive, got {timeout!r}")
-        values = {  # of the type of the default: str or int
-            name: get(name.replace("_", "-"), type(default))
-            for name, default in ScoreOptions.defaults().items()
+        values = {  # of the option's type: str, int, float (an int is one too) or bool
+            name: get(option.key, (int, float) if option.type is float else option.type)
+            for name, option in options.items()
             if name not in ("metrics", "kernel_params")
         }
         values["metrics"] = _items(get("metrics", str))

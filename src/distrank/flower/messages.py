@@ -36,24 +36,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
+from distrank.metrics.options import specs
 from distrank.metrics.registry import METRICS
 
 if TYPE_CHECKING:  # torch: not for the ClientApp processes that only pass messages
     from distrank.metrics.sketch.maps import Sketch
 
-#: the keyword arguments of ``metrics.score_client`` that a request carries
-OPTION_KEYS = (
-    "metrics",
-    "kernel",
-    "kernel_params",
-    "kd_estimator",
-    "n_subsets",
-    "subset_size",
-    "seed",
-    "pr_k",
-    "dc_k",
-    "dtype",
-)
+
+def option_keys() -> tuple[str, ...]:
+    """The keyword arguments of ``metrics.score_client`` that a request carries: every
+    registered scoring option a site needs (``Option.site``; not ``weights``), a metric
+    registered later (a plugin) included."""
+    return tuple(name for name, option in specs().items() if option.site)
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,8 +67,8 @@ class SiteReply:
 
 def encode_request(models: Mapping[str, np.ndarray], options: Mapping) -> RecordDict:
     """The request content: every model's features and the scorer options."""
-    if set(options) != set(OPTION_KEYS):
-        raise ValueError(f"options: expected the keys {sorted(OPTION_KEYS)}, got {sorted(options)}")
+    if set(options) != set(keys := option_keys()):
+        raise ValueError(f"options: expected the keys {sorted(keys)}, got {sorted(options)}")
     config = {k: v for k, v in options.items() if k != "kernel_params"}
     config["kernel_params"] = json.dumps(dict(options["kernel_params"]))
     config["want_stats"] = any(METRICS[m].pooled is not None for m in options["metrics"])
@@ -90,8 +84,8 @@ def decode_request(content: RecordDict) -> tuple[dict[str, np.ndarray], dict, bo
         raise ValueError(f"request: no {err.args[0]!r} record") from None
     want_stats = bool(config.pop("want_stats", False))
     config["kernel_params"] = json.loads(config.get("kernel_params", "{}")) or None
-    if set(config) != set(OPTION_KEYS):
-        raise ValueError(f"request: options {sorted(config)} do not match {sorted(OPTION_KEYS)}")
+    if set(config) != set(keys := option_keys()):
+        raise ValueError(f"request: options {sorted(config)} do not match {sorted(keys)}")
     return {name: arr.numpy() for name, arr in arrays.items()}, config, want_stats
 
 

@@ -1,4 +1,5 @@
-"""What a metric is (:class:`Metric`) and the vocabulary of the options it depends on.
+"""What a metric is (:class:`Metric`), what an option is (:class:`Option`), and the
+vocabulary of the options it depends on.
 
 Torch-free (it imports only ``distrank._checks`` and ``distrank.clients``): the math
 modules, the options, the families that compute the metrics and the registry all build
@@ -7,11 +8,12 @@ on it; the registered metrics are ``metrics.registry.METRICS``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from distrank._checks import TooFewRows
+from distrank._checks import TooFewRows, positive_int
 from distrank.clients import average as weighted_mean
 
 #: KD's estimators, on the full samples (the U- and V-statistics) or KID-style subsets.
@@ -25,6 +27,59 @@ BANDWIDTH_KERNELS = ("rbf", "laplace")
 #: What may stand in for what (``avg`` ranks like ``all`` by a model-free offset, equals
 #: it, or nothing is guaranteed).
 SAFE, EXACT, NOT_GUARANTEED = "safe", "exact", "not guaranteed"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One scoring option, declared once: by the metric that reads it (``Metric.options``)
+    or, when several metrics read it, among the shared ones (``metrics.options.SHARED``);
+    ``metrics.options.ScoreOptions`` is composed of them.
+
+    ``name`` is its attribute of ``ScoreOptions`` and its key in a config's ``metrics:``
+    section; :attr:`key` (``-`` for ``_``) its key in Flower's run config and, after
+    ``--``, its flag of ``distrank score``. ``type`` is ``str``, ``int``, ``float`` or
+    ``bool`` (or the structure of a shared option the CLI and Flower read their own way:
+    ``metrics``, ``kernel_params``); ``default`` and ``help`` are what the CLI shows. A
+    value is checked by ``check`` (value -> the value kept; a ValueError naming the
+    option), else against ``choices`` or, for a number, ``minimum``. ``site``: a site
+    needs it to score, so that a Flower request carries it (not ``weights``: the server
+    averages).
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    check: Callable[[Any], Any] | None = field(default=None, compare=False)
+    site: bool = True
+
+    @property
+    def key(self) -> str:
+        """The run-config key (``kd-estimator``); ``--`` and it are the CLI's flag."""
+        return self.name.replace("_", "-")
+
+    def normalise(self, value):
+        """``value`` checked (a ValueError naming the option) and as it is kept."""
+        if self.check is not None:
+            return self.check(value)
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{self.name}: expected one of {self.choices}, got {value!r}")
+            return value
+        least = -math.inf if self.minimum is None else self.minimum
+        if self.type is int:
+            return positive_int(value, self.name, least)
+        if self.type is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{self.name}: expected a number, got {value!r}")
+            if not math.isfinite(value) or value < least:
+                raise ValueError(f"{self.name}: expected a finite number >= {least}, got {value!r}")
+            return float(value)
+        if not isinstance(value, self.type):
+            raise ValueError(f"{self.name}: expected a {self.type.__name__}, got {value!r}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -54,7 +109,9 @@ class Metric:
     conditions under which ``avg`` stands in for ``all`` (a ``SAFE`` metric);
     ``pooled_from``, what its ``all`` needs beyond the clients' scores ("" : nothing
     the clients can share). ``spreads``: the row keys it adds that are spreads, not
-    scores (no ``avg``, never ranked by). ``needs_models``: False for a metric whose
+    scores (no ``avg``, never ranked by). ``options``: the options it reads that no other
+    family does, each an :class:`Option` (metrics of one family may declare the same).
+    ``needs_models``: False for a metric whose
     sites release something that scores any model later (a sketch): Flower sends such a
     run no model, and a sketch table's report reads the confidence of its noise.
 
@@ -82,6 +139,7 @@ class Metric:
     provided: str = ""
     pooled_from: str = ""
     spreads: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
     needs_models: bool = True
     average: Callable[[Any, Any], Any] = field(default=weighted_mean, compare=False)
 

@@ -9,9 +9,12 @@ it has them, ``partitions`` (``metrics.score_partitions``) and ``resample``
 may share a family (PRDC's four come from one pass).
 
 A new metric is one file: a :class:`~distrank.metrics.family.Family` and a
-:func:`register` call (``tests/flower/test_new_metric.py`` adds one and finds it in
-every path). Torch-free, so the CLI, the config checks, the experiments and the
-figures can import it cheaply; the families import torch inside their methods.
+:func:`register` call; an option of its own is an
+:class:`~distrank.metrics.metric.Option` in its ``Metric.options``, which every path then
+takes (``metrics.options.ScoreOptions`` is composed of the registered metrics' options:
+:func:`metric_options`; ``tests/flower/test_new_metric.py`` adds one and finds it in
+every path). Torch-free, so the CLI, the config checks, the experiments and the figures
+can import it cheaply; the families import torch inside their methods.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterator, Mapping
 
 from distrank.metrics.fd.family import FD_METRIC
 from distrank.metrics.kd.family import KD_METRIC
-from distrank.metrics.metric import METRIC_KEYS, Metric, check_names, check_sizes
+from distrank.metrics.metric import METRIC_KEYS, Metric, Option, check_names, check_sizes
 from distrank.metrics.prdc.family import COVERAGE, DENSITY, PRECISION, RECALL
 from distrank.metrics.sketch.family import KD_SKETCH
 
@@ -36,11 +39,32 @@ assert tuple(METRICS)[: len(METRIC_KEYS)] == METRIC_KEYS
 
 
 def register(metric: Metric) -> Metric:
-    """Add ``metric`` to :data:`METRICS` (a key may be registered once)."""
+    """Add ``metric`` to :data:`METRICS` (a key may be registered once; an option name
+    another metric declares must be that same :class:`~distrank.metrics.metric.Option`)."""
     if metric.key in METRICS:
         raise ValueError(f"metric {metric.key!r} is registered twice")
+    _merged([*METRICS.values(), metric])
     METRICS[metric.key] = metric
     return metric
+
+
+def metric_options(metrics=None) -> dict[str, Option]:
+    """Option name -> :class:`~distrank.metrics.metric.Option` of ``metrics`` (the
+    registered ones by default), in their order: what ``ScoreOptions`` adds to the
+    shared options."""
+    return _merged(METRICS.values() if metrics is None else metrics)
+
+
+def _merged(metrics) -> dict[str, Option]:
+    out: dict[str, Option] = {}
+    for metric in metrics:
+        for option in metric.options:
+            if out.setdefault(option.name, option) != option:
+                raise ValueError(
+                    f"metric {metric.key!r}: option {option.name!r} is declared otherwise by "
+                    "another metric"
+                )
+    return out
 
 
 def unregister(key: str) -> Metric:

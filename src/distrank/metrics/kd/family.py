@@ -14,7 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
-from distrank.metrics.metric import SAFE, Metric, kd_rows
+from distrank.metrics.metric import ESTIMATORS, SAFE, Metric, Option, kd_rows
+
+# KD's own options (the kernel, its parameters and the seed are shared, metrics.options)
+KD_ESTIMATOR = Option("kd_estimator", str, "unbiased", "KD estimator", choices=ESTIMATORS)
+N_SUBSETS = Option("n_subsets", int, 100, "subsets estimator: number of subsets", minimum=1)
+SUBSET_SIZE = Option("subset_size", int, 1000, "subsets estimator: rows per subset", minimum=1)
 
 
 class KD(Family):
@@ -164,4 +169,5 @@ KD_METRIC = Metric(
     "same samples and a full-sample estimator",
     pooled_from="kernel sums across clients (its offset)",
     spreads=("kd_std",),
+    options=(KD_ESTIMATOR, N_SUBSETS, SUBSET_SIZE),
 )

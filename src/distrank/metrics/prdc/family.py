@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
-from distrank.metrics.metric import EXACT, Metric, prdc_rows
+from distrank.metrics.metric import EXACT, Metric, Option, prdc_rows
+
+# The k of the k-NN radii, Precision and Recall's and Density and Coverage's.
+PR_K = Option("pr_k", int, 3, "k of Precision and Recall", minimum=1)
+DC_K = Option("dc_k", int, 5, "k of Density and Coverage", minimum=1)
 
 
 class PRDC(Family):
@@ -68,13 +72,14 @@ class PRDC(Family):
 
 def _metric(key: str, **verdict) -> Metric:
     """A metric of this family, higher is better, with the rows its k-NN radii need
-    (``metric.prdc_rows``)."""
+    (``metric.prdc_rows``) and the k it reads."""
     return Metric(
         key,
         key.capitalize(),
         True,
         _FAMILY,
         lambda options: prdc_rows(key, options.pr_k, options.dc_k),
+        options=(PR_K,) if key in ("precision", "recall") else (DC_K,),
         **verdict,
     )
 
