@@ -167,7 +167,8 @@ def test_figure_has_a_panel_per_metric(small_study, tmp_path):
 def test_check_names_the_key():
     with pytest.raises(
         ValueError,
-        match=r"^config: experiments\.E10 bootstraps KD on the full samples; metrics\.kd_estimator",
+        match=r"^config: experiments\.E10 bootstraps KD: metrics\.kd_estimator: expected "
+        r"'unbiased' or 'biased' \(bootstrap KD re-weights the full samples\), got 'subsets'$",
     ):
         check({"metrics": ["kd"]}, {"metrics": {"kd_estimator": "subsets"}})
     check({"metrics": ["fd"]}, {"metrics": {"kd_estimator": "subsets"}})

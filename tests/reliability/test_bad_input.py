@@ -418,7 +418,7 @@ CASES = {
     "E10 kd_estimator": (
         "E10",
         lambda c: c["metrics"].update(kd_estimator="subsets"),
-        "experiments.E10 bootstraps KD on the full samples",
+        "experiments.E10 bootstraps KD: metrics.kd_estimator: expected 'unbiased' or 'biased'",
     ),
 }
 

@@ -32,7 +32,8 @@ from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import metric_name, new_figure, paper_style
 from distrank.metrics.metric import PRDC
-from distrank.metrics.registry import HIGHER_IS_BETTER, display
+from distrank.metrics.options import score_options
+from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, display
 
 __all__ = [
     "TABLES",
@@ -62,14 +63,16 @@ COLUMNS = [
 
 
 def check(settings: Mapping, config: Mapping) -> None:
-    if "kd" in settings["metrics"] and config["metrics"]["kd_estimator"] not in (
-        "unbiased",
-        "biased",
-    ):
-        raise ValueError(
-            "config: experiments.E10 bootstraps KD on the full samples; "
-            "metrics.kd_estimator must be 'unbiased' or 'biased'"
-        )
+    """Each metric's family says whether the bootstrap can resample it under the config's
+    scoring options (``Family.check_resample``)."""
+    options = score_options(config["metrics"])
+    for key in settings["metrics"]:
+        try:
+            METRICS[key].family.check_resample(options)
+        except ValueError as err:
+            raise ValueError(
+                f"config: experiments.E10 bootstraps {display(key)}: metrics.{err}"
+            ) from None
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:

@@ -185,6 +185,10 @@ class Kernel:
         even_through_zero = p["degree"] % 2 == 0 and low < 0 < high
         return (0.0 if even_through_zero else min(ends)), max(ends)
 
+    def bound(self, radius: float) -> float:
+        """max |k(x, y)| over x, y of L2 norm <= ``radius`` (:meth:`range`)."""
+        return max(abs(v) for v in self.range(radius))
+
     def from_gram(self, gram: torch.Tensor, a: Centred, b: Centred) -> torch.Tensor:
         """k(a, b) for all row pairs from the centred products ``gram = a.rows @ b.rows.T``,
         which poly and linear overwrite."""

@@ -136,10 +136,10 @@ def _noise_keys(get) -> tuple[float, float]:
 
 
 def kernel_bound(kernel: str, params: Mapping | None, dim: int, radius: float) -> float:
-    """max |k(x, y)| over |x|, |y| <= ``radius`` (``Kernel.range``)."""
+    """max |k(x, y)| over |x|, |y| <= ``radius`` (``Kernel.bound``) of the run's kernel."""
     from distrank.metrics.kernels import make_kernel
 
-    return max(abs(v) for v in make_kernel(kernel, params, dim).range(radius))
+    return make_kernel(kernel, params, dim).bound(radius)
 
 
 @dataclass(frozen=True)
