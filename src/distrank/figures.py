@@ -22,21 +22,19 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
+from distrank._io import atomic_write_bytes, output_path
+from distrank.metrics import table as score_table
+from distrank.metrics.metric import PRDC
+from distrank.metrics.ranking import discordant_pairs, rank_models
+from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from distrank._io import atomic_write_bytes, output_path  # noqa: E402
-from distrank.metrics import table as score_table  # noqa: E402
-from distrank.metrics.metric import PRDC  # noqa: E402
-from distrank.metrics.ranking import discordant_pairs, rank_models  # noqa: E402
-from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "SINGLE_COLUMN_IN",
@@ -80,10 +78,21 @@ PAPER_RC: dict[str, object] = {
 }
 
 
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, imported on first use: the Snakefile's
+    parse imports the experiments, and so this module, and draws nothing (0.35 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    return plt
+
+
 @contextmanager
 def paper_style() -> Iterator[None]:
     """Matplotlib settings for paper-sized figures, for drawing and saving alike."""
-    with matplotlib.rc_context(PAPER_RC):
+    with _pyplot().rc_context(PAPER_RC):
         yield
 
 
@@ -105,7 +114,7 @@ def new_figure(
         raise ValueError(f"width must be 'single', 'double' or inches, got {width!r}")
     if height is None:
         height = 0.8 * inches / ncols * nrows
-    fig, axes = plt.subplots(
+    fig, axes = _pyplot().subplots(
         nrows, ncols, figsize=(inches, height), squeeze=False, layout="constrained", **subplot_kw
     )
     return fig, axes
@@ -155,7 +164,7 @@ def save(
             fig.savefig(buf, format=kind, dpi=dpi, metadata=metadata[kind])
             paths[kind] = atomic_write_bytes(output_path(stem, f".{kind}"), buf.getvalue())
     if close:
-        plt.close(fig)
+        _pyplot().close(fig)
     return paths
 
 

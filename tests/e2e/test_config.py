@@ -115,8 +115,8 @@ def test_a_config_runs_only_the_experiments_it_lists(tmp_path):
 
 def test_planning_loads_no_heavy_library(tmp_path):
     """A no-op rerun stays within seconds: the Snakefile, the config checks and every
-    experiment module load neither torch, scipy, scikit-learn nor the other heavy
-    libraries; the jobs import them."""
+    experiment module load neither torch, scipy, scikit-learn, matplotlib nor the other
+    heavy libraries; the jobs import them."""
     args = ["-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--cores", "1"]
     args += ["--configfile", str(REPO / "config.yaml")]
     probe = f"""
@@ -133,7 +133,7 @@ open({str(tmp_path / "modules.txt")!r}, "w").write("\\n".join(sys.modules))
     modules = (tmp_path / "modules.txt").read_text().split()
     loaded = set(modules) | {name.split(".")[0] for name in modules}
     assert "distrank.experiments.e10_intervals" in loaded  # the checks imported them all
-    heavy = {"torch", "scipy", "sklearn", "onnxruntime", "dp_accounting", "flwr"}
+    heavy = {"torch", "scipy", "sklearn", "matplotlib", "onnxruntime", "dp_accounting", "flwr"}
     assert not heavy & loaded
 
 

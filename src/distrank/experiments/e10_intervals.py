@@ -22,11 +22,10 @@ draw.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.ticker import SymmetricalLogLocator
 
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
@@ -34,6 +33,9 @@ from distrank.figures import metric_name, new_figure, paper_style
 from distrank.metrics.metric import PRDC
 from distrank.metrics.options import score_options
 from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, display
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "TABLES",
@@ -236,6 +238,8 @@ def _symlog_axis(ax, rows: pd.DataFrame) -> None:
     """Symmetric-log x axis, linear within the power of ten at or below the 10th
     percentile of the panel's nonzero |margin|, |low|, |high|; limits padded so no
     point sits on the frame; ticks every decade, or every other beyond five in all."""
+    from matplotlib.ticker import SymmetricalLogLocator
+
     values = rows[["margin", "low", "high"]].to_numpy(float)
     nonzero = np.abs(values[values != 0])
     linthresh = float(10 ** np.floor(np.log10(np.percentile(nonzero, 10)))) if len(nonzero) else 1.0

@@ -49,10 +49,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs, check_model, check_partition
@@ -69,6 +69,9 @@ from distrank.experiments.sketch_forms import (  # noqa: F401 -- E11's closed fo
 )
 from distrank.figures import new_figure, paper_style
 from distrank.metrics.ranking import tau_b
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["check", "run", "sketch_scores", "agreement", "flip_probability", "bytes_per_site"]
 __all__ += ["clip_rows", "moment_sensitivity", "fd_from_moments", "e11_table", "e11_figure"]

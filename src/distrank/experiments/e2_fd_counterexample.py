@@ -49,15 +49,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.clients import client_weights
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics import table as score_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "G1",

@@ -46,13 +46,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.experiments import Outputs
 from distrank.figures import new_figure, paper_style
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TABLES = ("", "_curves")
 

@@ -21,16 +21,19 @@ two aggregations may order checkpoints differently.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style, per_model
 from distrank.metrics import table as score_table
 from distrank.metrics.ranking import discordant_pairs
 from distrank.metrics.registry import display
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "RUNS",

@@ -16,16 +16,19 @@ step 0 of every run), sampled and scored like the zoo's models.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, new_figure, paper_style
 from distrank.metrics import table as score_table
 from distrank.metrics.metric import BANDWIDTH_KERNELS
 from distrank.metrics.registry import display
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "TRAINED",

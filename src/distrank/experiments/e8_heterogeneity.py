@@ -31,16 +31,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.clients import partition
 from distrank.experiments import Outputs, named_on
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
 from distrank.metrics import table as score_table
 from distrank.metrics.metric import METRIC_KEYS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "ONE_CLASS",

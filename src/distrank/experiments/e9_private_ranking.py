@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import new_figure, paper_style
 from distrank.metrics.metric import FULL_SAMPLE_ESTIMATORS
 
-if TYPE_CHECKING:  # torch, scipy and dp-accounting load in the jobs, not at DAG time
+if TYPE_CHECKING:  # matplotlib, torch, scipy and dp-accounting load in the jobs, not at DAG time
+    from matplotlib.figure import Figure
+
     from distrank.metrics.kd.sums import KernelSums
 
 __all__ = [

@@ -29,6 +29,14 @@ BANDWIDTH_KERNELS = ("rbf", "laplace")
 SAFE, EXACT, NOT_GUARANTEED = "safe", "exact", "not guaranteed"
 
 
+def check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
+    """``estimator`` if it is one of :data:`FULL_SAMPLE_ESTIMATORS`, else a ValueError
+    naming ``name`` (and ``why`` the full samples are needed)."""
+    if estimator not in FULL_SAMPLE_ESTIMATORS:
+        raise ValueError(f"{name}: expected 'unbiased' or 'biased'{why}, got {estimator!r}")
+    return estimator
+
+
 @dataclass(frozen=True)
 class Option:
     """One scoring option, declared once: by the metric that reads it (``Metric.options``)

@@ -78,7 +78,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from distrank._checks import EPSILON_RANGE, positive_int
-from distrank.metrics.metric import BANDWIDTH_KERNELS, FULL_SAMPLE_ESTIMATORS
+from distrank.metrics.metric import BANDWIDTH_KERNELS, check_full_sample
 from distrank.metrics.options import ScoreOptions, score_options
 
 if TYPE_CHECKING:  # scoring (torch), pandas and dp-accounting load where they are used
@@ -94,7 +94,7 @@ def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:
     ``4 / n`` for the U-statistic (``"unbiased"``, n >= 2) and ``2 (2n - 1) / n^2``
     for the V-statistic (``"biased"``), for a bounded kernel (module doc).
     """
-    _check_full_sample(estimator, "estimator")
+    check_full_sample(estimator, "estimator")
     n = positive_int(n_rows, "n_rows", minimum=2 if estimator == "unbiased" else 1)
     return 4.0 / n if estimator == "unbiased" else 2.0 * (2 * n - 1) / n**2
 
@@ -236,7 +236,7 @@ def check_private_options(opts: ScoreOptions) -> None:
             "kernel_params: private KD needs an explicit 'bandwidth' fixed "
             "without the clients' rows (a median on them would be a release)"
         )
-    _check_full_sample(opts.kd_estimator, why=" (private KD is a full-sample estimate)")
+    check_full_sample(opts.kd_estimator, why=" (private KD is a full-sample estimate)")
 
 
 #: The largest change of n_i KD_i, site i's term of sum_i n_i KD_i, from replacing one
@@ -381,15 +381,6 @@ def private_scores(
         groups.sizes, weights, budget=budget, estimator=opts.kd_estimator
     )
     return table, budget
-
-
-def _check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
-    """:func:`distrank.metrics.kd.sums.check_full_sample` (which loads torch)."""
-    if estimator not in FULL_SAMPLE_ESTIMATORS:
-        from distrank.metrics.kd.sums import check_full_sample
-
-        check_full_sample(estimator, name, why)
-    return estimator
 
 
 def _quiet_bracketing():

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from distrank.figures import DOUBLE_COLUMN_IN, metric_name, new_figure, paper_style
 from distrank.metrics.fd.settings import EXTRAPOLATED, FEATURES, SPLIT
 from distrank.metrics.registry import display
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["e4_figure", "e4_terms_figure", "e4_samples_figure"]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
-from distrank.metrics.metric import ESTIMATORS, SAFE, Metric, Option, kd_rows
+from distrank.metrics.metric import ESTIMATORS, SAFE, Metric, Option, check_full_sample, kd_rows
 
 # KD's own options (the kernel, its parameters and the seed are shared, metrics.options)
 KD_ESTIMATOR = Option("kd_estimator", str, "unbiased", "KD estimator", choices=ESTIMATORS)
@@ -101,11 +101,7 @@ class KD(Family):
         return out
 
     def check_resample(self, options) -> None:
-        from distrank.metrics.kd import sums as kd_
-
-        kd_.check_full_sample(
-            options.kd_estimator, why=" (bootstrap KD re-weights the full samples)"
-        )
+        check_full_sample(options.kd_estimator, why=" (bootstrap KD re-weights the full samples)")
 
     def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
         """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd.resample``), its

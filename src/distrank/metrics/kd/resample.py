@@ -14,6 +14,7 @@ import torch
 from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
 from distrank.metrics.kd import sums as kd_
 from distrank.metrics.kernels import Kernel
+from distrank.metrics.metric import check_full_sample
 
 __all__ = ["resampled_kernel_sums", "row_counts"]
 
@@ -40,7 +41,7 @@ def resampled_kernel_sums(
     i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
     formed in ``dtype``; the forms are accumulated in float64.
     """
-    kd_.check_full_sample(estimator)
+    check_full_sample(estimator)
     dev, dt = resolve_device(device), work_dtype(dtype)
     block_size = product_rows(block_size, dt.itemsize)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)

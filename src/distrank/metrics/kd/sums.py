@@ -28,15 +28,7 @@ import torch
 from distrank._arrays import as_features, column_mean, product_rows, resolve_device, work_dtype
 from distrank._checks import TooFewRows
 from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
-from distrank.metrics.metric import ESTIMATORS, FULL_SAMPLE_ESTIMATORS, kd_rows
-
-
-def check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "") -> str:
-    """``estimator`` if it is one of :data:`FULL_SAMPLE_ESTIMATORS`, else a ValueError
-    naming ``name`` (and ``why`` the full samples are needed)."""
-    if estimator not in FULL_SAMPLE_ESTIMATORS:
-        raise ValueError(f"{name}: expected 'unbiased' or 'biased'{why}, got {estimator!r}")
-    return estimator
+from distrank.metrics.metric import ESTIMATORS, check_full_sample, kd_rows
 
 
 @dataclass(frozen=True)
