@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -69,9 +68,6 @@ from distrank.experiments.sketch_forms import (  # noqa: F401 -- E11's closed fo
 )
 from distrank.figures import new_figure, paper_style
 from distrank.metrics.ranking import tau_b
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 __all__ = ["check", "run", "sketch_scores", "agreement", "flip_probability", "bytes_per_site"]
 __all__ += ["clip_rows", "moment_sensitivity", "fd_from_moments", "e11_table", "e11_figure"]
@@ -419,8 +415,8 @@ def _against_epsilon(a, b, table: pd.DataFrame) -> None:
     b.set_title("(b) Rank correlation", loc="left")
 
 
-def e11_figure(table: pd.DataFrame, flips: pd.DataFrame) -> Figure:
-    """(a) P(whole ranking kept) and (b) mean Kendall tau against epsilon, a line per
+def e11_figure(table: pd.DataFrame, flips: pd.DataFrame):
+    """A matplotlib Figure: (a) P(whole ranking kept) and (b) mean Kendall tau against epsilon, a line per
     protocol; (c) bytes one site sends and receives; (d) predicted against measured flip
     rates of adjacent pairs."""
     with paper_style():
