@@ -318,6 +318,14 @@ def test_a_plugin_that_uses_the_kernel(registered, federation, reference, tmp_pa
         want = kernel_distance(rows, models[r.model], estimator="biased", dtype="float64", **rbf)
         assert r.value == pytest.approx(want, rel=1e-10)
     plain = table[table.aggregation == "avg"].set_index("model")["value"]
+    secure, _ = secure_kernel_gaps(tmp_path, sites, models)
+    for r in secure.itertuples():
+        assert 0 < r.bound < 1e-3 and abs(r.value - plain[r.model]) <= r.bound
+
+
+def secure_kernel_gaps(tmp_path, sites: dict, models: dict, **config) -> tuple[pd.DataFrame, Path]:
+    """A secure run of KernelGap under the rbf kernel of bandwidth 2 (and ``config``): its
+    rows (every one an ``avg``) with their bounds, and its table's path."""
     _, out = run_secure(
         tmp_path,
         sites,
@@ -325,11 +333,11 @@ def test_a_plugin_that_uses_the_kernel(registered, federation, reference, tmp_pa
         metrics=KERNEL_KEY,
         kernel="rbf",
         **{"kernel-params": "bandwidth=2"},
+        **config,
     )
     secure = pd.read_csv(out, keep_default_na=False).merge(pd.read_csv(bounds_path(out)))
     assert list(secure.aggregation) == ["avg"] * len(models)
-    for r in secure.itertuples():
-        assert 0 < r.bound < 1e-3 and abs(r.value - plain[r.model]) <= r.bound
+    return secure, out
 
 
 def kernel_gaps(sites: dict, models: dict, estimator: str) -> dict:
@@ -388,16 +396,7 @@ def test_its_own_option_reaches_every_path(
     for r in table.itertuples():
         assert r.value == pytest.approx(expected[(r.model, r.aggregation, r.client)], rel=1e-10)
     # secure Flower: the sites' U-statistics summed, every avg within its bound
-    _, out = run_secure(
-        tmp_path,
-        sites,
-        models,
-        metrics=KERNEL_KEY,
-        kernel="rbf",
-        **{"kernel-params": "bandwidth=2", "kernelgap-estimator": "unbiased"},
-    )
-    secure = pd.read_csv(out, keep_default_na=False).merge(pd.read_csv(bounds_path(out)))
-    assert list(secure.aggregation) == ["avg"] * len(models)
+    secure, out = secure_kernel_gaps(tmp_path, sites, models, **{"kernelgap-estimator": "unbiased"})
     for r in secure.itertuples():
         assert abs(r.value - expected[(r.model, "avg", "")]) <= r.bound < 1e-3
     assert json.loads(meta_path(out).read_text())["options"]["kernelgap_estimator"] == "unbiased"
