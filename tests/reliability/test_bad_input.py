@@ -259,6 +259,11 @@ CASES = {
         lambda c: c["metrics"].update(metrics=["kd", "kid"]),
         "metrics.metrics: 'kid' is not a registered metric",
     ),
+    "unknown scoring option": (
+        None,
+        lambda c: c["metrics"].update(kernal="rbf"),
+        "config: metrics: options: unknown scoring option(s) ['kernal']",
+    ),
     "unknown plugin": (
         None,
         lambda c: c.update(plugins=["no_such_plugin_module"]),

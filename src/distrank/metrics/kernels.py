@@ -186,7 +186,7 @@ class Kernel:
         return (0.0 if even_through_zero else min(ends)), max(ends)
 
     def bound(self, radius: float) -> float:
-        """max |k(x, y)| over x, y of L2 norm <= ``radius`` (:meth:`range`)."""
+        """``max abs(k(x, y))`` over x, y of L2 norm <= ``radius`` (:meth:`range`)."""
         return max(abs(v) for v in self.range(radius))
 
     def from_gram(self, gram: torch.Tensor, a: Centred, b: Centred) -> torch.Tensor:
