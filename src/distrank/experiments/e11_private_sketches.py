@@ -416,9 +416,9 @@ def _against_epsilon(a, b, table: pd.DataFrame) -> None:
 
 
 def e11_figure(table: pd.DataFrame, flips: pd.DataFrame):
-    """A matplotlib Figure: (a) P(whole ranking kept) and (b) mean Kendall tau against epsilon, a line per
-    protocol; (c) bytes one site sends and receives; (d) predicted against measured flip
-    rates of adjacent pairs."""
+    """A matplotlib Figure: (a) P(whole ranking kept) and (b) mean Kendall tau against
+    epsilon, a line per protocol; (c) bytes one site sends and receives; (d) predicted
+    against measured flip rates of adjacent pairs."""
     with paper_style():
         fig, ((a, b), (c, d)) = new_figure(2, 2, width="double", height=5.8)
         _against_epsilon(a, b, table)

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
+
+from distrank._blas import blas_libraries
 
 if TYPE_CHECKING:
     import torch
@@ -222,7 +223,7 @@ class Preprocessing:
             rows, cols = self._matrices(height, width)
             # Small GEMMs on one BLAS thread: OpenBLAS's threads spin after a call and
             # took a third of the CPU from the network's own threads (bench_extract.py).
-            with _blas().limit(limits=1, user_api="blas"):
+            with blas_libraries().limit(limits=1, user_api="blas"):
                 x = np.matmul(rows, x)  # N, C, h, W
                 # one GEMM for the second axis (np.matmul broadcasting a transposed operand
                 # can be far slower); RGB goes straight into `out`
@@ -318,9 +319,3 @@ def save_resize_matrix(out: str, **kwargs) -> None:
     """The child process's :func:`resize_matrix` (:mod:`distrank.features.torch_child`),
     saved to ``out``."""
     np.save(out, resize_matrix(**kwargs))
-
-
-@functools.cache
-def _blas() -> ThreadpoolController:
-    """The BLAS and OpenMP libraries loaded in this process (found once)."""
-    return ThreadpoolController()

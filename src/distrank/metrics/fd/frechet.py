@@ -36,10 +36,8 @@ speed on cores that other jobs share.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
-import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +47,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import as_features, resolve_device
+from distrank._blas import blas_libraries
 from distrank._checks import TooFewRows
 from distrank.metrics.fd.bands import (
     FULL,
@@ -83,25 +82,10 @@ def one_thread_each() -> Iterator[Callable[[Callable, Iterable], list]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _libraries().limit(limits=1), ThreadPoolExecutor(threads) as pool:
+        with blas_libraries().limit(limits=1), ThreadPoolExecutor(threads) as pool:
             yield lambda fn, items: list(pool.map(fn, items))
     finally:
         torch.set_num_threads(threads)
-
-
-def _libraries():
-    """threadpoolctl's controller of the BLAS and OpenMP libraries loaded in this process:
-    numpy's and torch's (loaded with this module) and, once imported, scipy's own (the
-    banded factors' QR). Found once for each: a search of the process's libraries takes
-    4.5 ms, and E4 enters these sections 1,400 times (6.3 of its 78 s)."""
-    return _controller("scipy.linalg" in sys.modules)
-
-
-@functools.cache
-def _controller(scipy_loaded: bool):
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +150,7 @@ def _scatter(centred: torch.Tensor) -> torch.Tensor:
     if centred.device.type != "cpu":
         return centred.T @ centred
     c = centred.numpy()
-    with _libraries().limit(limits=torch.get_num_threads(), user_api="blas"):
+    with blas_libraries().limit(limits=torch.get_num_threads(), user_api="blas"):
         return torch.from_numpy(c.T @ c)
 
 
