@@ -97,7 +97,7 @@ def test_the_api_reference_documents_the_public_modules_and_not_the_internal_one
         "distrank.metrics.fd.frechet.frechet_distance",
         "distrank.metrics.prdc.scores.prdc",
         "distrank.metrics.scoring.score",
-        "distrank.metrics.privacy.kd_sensitivity",
+        "distrank.metrics.kd.privacy.kd_sensitivity",
         "distrank.clients.partition",
         "distrank.features.base.Extractor",
         "distrank.zoo.torch_session",

@@ -45,7 +45,7 @@ import json, sys
 import numpy as np
 from distrank.features import get_extractor
 from distrank.features.inputs import InputFeatures
-from distrank.metrics.privacy import release_sketch
+from distrank.metrics.sketch.maps import release_sketch
 from distrank.metrics.sketch.maps import FeatureMap
 images = np.load(sys.argv[1])
 ex = InputFeatures("efficientnet_lite0", weights_dir=sys.argv[2]).extractor

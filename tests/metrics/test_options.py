@@ -18,9 +18,9 @@ import yaml
 from distrank.cli import build_parser
 from distrank.metrics import ScoreOptions, score, score_options
 from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
+from distrank.metrics.kd.privacy import private_scores
 from distrank.metrics.metric import METRIC_KEYS
 from distrank.metrics.options import package_specs, specs
-from distrank.metrics.privacy import private_scores
 from distrank.metrics.reaggregate import score_partitions
 from distrank.metrics.scoring import score_client
 

@@ -13,16 +13,14 @@ from scipy.stats import norm
 from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
 from distrank.metrics import kernel_distance, score
-from distrank.metrics.privacy import (
+from distrank.metrics.kd.privacy import (
     SUM_SENSITIVITY,
-    client_budget,
     distributed_noise,
-    epsilon_spent,
     kd_sensitivity,
-    noise_multiplier,
     private_scores,
     release_kd,
 )
+from distrank.metrics.privacy import client_budget, epsilon_spent, noise_multiplier
 
 RNG = np.random.default_rng(20240613)
 

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from distrank.clients import client_weights
-from distrank.metrics.privacy import avg_noise_std, client_budget, noise_multiplier, release_kd
+from distrank.metrics.kd.privacy import avg_noise_std, release_kd
+from distrank.metrics.privacy import client_budget, noise_multiplier
 from distrank.metrics.sketch import confidence as conf
 
 SIZES = np.array([25, 30, 35])

@@ -13,7 +13,6 @@ import pytest
 from scipy import stats
 from scipy.spatial.distance import cdist
 
-from distrank.metrics import privacy
 from distrank.metrics.sketch import maps as sketch
 
 H = 3.0
@@ -80,12 +79,12 @@ def test_the_release_noise_is_the_analytic_calibration(samples):
     x, _ = samples
     made = sketch.FeatureMap(5, 512, H, seed=2).sketch(x)
     z = dp_accounting.get_sigma_gaussian(1.0, 1e-5)
-    std = privacy.sketch_noise_std(len(x), epsilon=1.0, delta=1e-5)
+    std = sketch.sketch_noise_std(len(x), epsilon=1.0, delta=1e-5)
     assert std == pytest.approx(z * 2 / len(x), rel=1e-9)
     rng = np.random.default_rng(11)
     noise = np.array(
         [
-            privacy.release_sketch(made, epsilon=1.0, delta=1e-5, rng=rng).mean - made.mean
+            sketch.release_sketch(made, epsilon=1.0, delta=1e-5, rng=rng).mean - made.mean
             for _ in range(600)
         ]
     )
@@ -97,10 +96,10 @@ def test_the_release_noise_is_the_analytic_calibration(samples):
 
 def test_the_secure_sum_carries_one_central_release_of_noise():
     z = dp_accounting.get_sigma_gaussian(1.0, 1e-5)
-    std = privacy.sketch_sum_std(2000, epsilon=1.0, delta=1e-5, threshold=3, n_sites=4)
+    std = sketch.sketch_sum_std(2000, epsilon=1.0, delta=1e-5, threshold=3, n_sites=4)
     assert std == pytest.approx(2 * z * math.sqrt(4 / 3) / 2000, rel=1e-9)
     with pytest.raises(ValueError, match="a sum needs 3 sites, got 2"):
-        privacy.sketch_sum_std(2000, epsilon=1.0, delta=1e-5, threshold=3, n_sites=2)
+        sketch.sketch_sum_std(2000, epsilon=1.0, delta=1e-5, threshold=3, n_sites=2)
 
 
 def test_pooled_sketch_is_the_sketch_of_the_pooled_rows(samples):

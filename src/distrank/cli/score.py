@@ -1,7 +1,7 @@
 """``distrank score``: score models against client-split reference data.
 
 Inputs -> features (:func:`distrank.features.inputs.scoring_inputs`) -> scores
-(``metrics.score``, or ``metrics.privacy.private_scores`` with ``--private``; with
+(``metrics.score``, or ``metrics.kd.privacy.private_scores`` with ``--private``; with
 ``--intervals``, ``metrics.bootstrap.with_intervals``) -> the table's file
 (``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. The scoring
 options' flags are made from their declarations (``metrics.options.specs``: a metric's
@@ -260,10 +260,11 @@ def scored(inputs, options, meta: dict, args):
 
 
 def private(inputs, options, meta: dict, args):
-    """``--private``: ``distrank.metrics.privacy.private_scores``, its budget and noise in
+    """``--private``: ``distrank.metrics.kd.privacy.private_scores``, its budget and noise in
     ``meta``, and the confidence of its ranking
     (``distrank.metrics.sketch.confidence.private_confidence``)."""
-    from distrank.metrics.privacy import EPSILON_RANGE, private_scores
+    from distrank._checks import EPSILON_RANGE
+    from distrank.metrics.kd.privacy import private_scores
     from distrank.metrics.sketch.confidence import LEVEL, private_confidence
 
     low, high = EPSILON_RANGE
@@ -282,7 +283,7 @@ def private(inputs, options, meta: dict, args):
     )
     meta["options"] = options.as_dict()
     meta["privacy"] = {
-        "mechanism": "Gaussian, per client and model (distrank.metrics.privacy)",
+        "mechanism": "Gaussian, per client and model (distrank.metrics.kd.privacy)",
         "epsilon": budget.epsilon,
         "delta": budget.delta,
         "n_releases": budget.n_releases,

@@ -191,7 +191,6 @@ def run(args) -> int:
 
     import numpy as np
 
-    from distrank.metrics.privacy import release_sketch
     from distrank.metrics.sketch import maps as sketch
 
     extractor = made["extractor"] or args.extractor or _default_extractor()
@@ -205,7 +204,7 @@ def run(args) -> int:
     fmap = sketch.FeatureMap(part.features.shape[1], made["dim"], made["bandwidth"], made["seed"])
     result = sketch.Sketch(*_sketched(fmap, part, made.get("map_sha256")))
     if args.epsilon is not None:
-        result = release_sketch(
+        result = sketch.release_sketch(
             result, epsilon=args.epsilon, delta=args.delta, rng=np.random.default_rng()
         )
     sketch.save(args.out, result)

@@ -248,8 +248,7 @@ def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
 
 def _noisy_pool(protocol: str, clients, *, epsilon, delta, n_draws, rng):
     """(n_draws, D) pooled sketches under ``protocol``, and their noise std."""
-    from distrank.metrics.privacy import release_sketch, sketch_sum_std
-    from distrank.metrics.sketch.maps import Sketch, pool
+    from distrank.metrics.sketch.maps import Sketch, pool, release_sketch, sketch_sum_std
 
     if protocol == "sketch":  # each site's own release, then pooled
         batch = [

@@ -138,9 +138,9 @@ def kernel_inputs(
     size gets the KD that ``kernel_sums`` would give on its rows alone. Returns size
     -> ``{"kd_client": (M, k), "kd_all": (M,), "client_sizes": (k,)}``.
     """
+    from distrank.metrics.kd.privacy import BOUNDED_KERNELS
     from distrank.metrics.kd.sums import kernel_sums
     from distrank.metrics.kernels import make_kernel
-    from distrank.metrics.privacy import BOUNDED_KERNELS
 
     if kernel not in BOUNDED_KERNELS:
         raise ValueError(f"kernel: E9 needs a bounded kernel {BOUNDED_KERNELS}, got {kernel!r}")
@@ -276,7 +276,7 @@ def e9_table(
 
     ``kd_inputs`` maps a client size to ``kd_client`` (M, k), ``kd_all`` (M,) and
     ``client_sizes`` (k,) (:func:`kernel_inputs`). Each of ``n_draws`` draws adds
-    every client's noise (:func:`distrank.metrics.privacy.release_kd`, noise from
+    every client's noise (:func:`distrank.metrics.kd.privacy.release_kd`, noise from
     ``numpy.random.default_rng([seed, size, i])`` for the i-th epsilon), averages
     with the ``weights`` lambda_i, and compares the ranking with KD_all's:
     ``p_same_ranking`` (identical order of all M models; Clopper-Pearson 95 %
@@ -287,7 +287,8 @@ def e9_table(
     from scipy import stats
 
     from distrank.clients import client_weights
-    from distrank.metrics.privacy import client_budget, kd_sensitivity, release_kd
+    from distrank.metrics.kd.privacy import kd_sensitivity, release_kd
+    from distrank.metrics.privacy import client_budget
     from distrank.metrics.ranking import tau_b
     from distrank.metrics.registry import METRICS
 

@@ -5,7 +5,7 @@ options (:data:`SHARED`) and every registered metric's own (``Metric.options``),
 :class:`ScoreOptions` is what :func:`distrank.metrics.score`,
 :func:`~distrank.metrics.reaggregate.score_partitions`,
 :func:`~distrank.metrics.bootstrap.bootstrap_scores` and
-:func:`~distrank.metrics.privacy.private_scores` take; the ``distrank score`` command,
+:func:`~distrank.metrics.kd.privacy.private_scores` take; the ``distrank score`` command,
 the Flower run config and the pipeline's ``metrics:`` section are read into it, and
 their flags, keys and defaults come from the declarations (:func:`specs`): the CLI's
 flags and Flower's request keys are made from them, the Flower app's TOML, the

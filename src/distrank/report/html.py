@@ -167,9 +167,10 @@ def _values_section(scores, name, meta) -> str:
         for m, w in per_metric.items()
         for agg in ("all", "avg")
     }
-    for agg in ("all", "avg"):  # a private ranking: models the noise does not separate tie
-        for m in per_metric:
-            ranks[(m, agg)] |= tied_ranks(meta, agg) if m == "kd_sketch" else {}
+    noisy = (meta.get("confidence") or {}).get("metric")  # a private ranking's metric
+    for agg in ("all", "avg"):  # models its noise does not separate tie
+        if noisy in per_metric:
+            ranks[(noisy, agg)] |= tied_ranks(meta, agg)
     rows = []
     for model in sorted(set().union(*(w.index for w in per_metric.values()))):
         for agg in ("all", "avg"):  # stacked, so the table is as wide as the metrics
@@ -202,10 +203,10 @@ def _values_section(scores, name, meta) -> str:
 
 
 def _consistency_section(scores, meta, name) -> str:
-    rows, noisy = [], unresolved(meta)
+    rows, noisy = [], (meta.get("confidence") or {}).get("metric") if unresolved(meta) else None
     for r in consistency(scores, meta).itertuples():
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
-        if r.metric == "kd_sketch" and noisy:  # the noise, not the averaging, decides
+        if r.metric == noisy:  # the noise, not the averaging, decides
             verdict_class = "warn"
             r = r._replace(verdict=f"{r.verdict} to average; the noise leaves pairs unresolved")
         measured = "<br>".join(_measured(r, name))

@@ -135,7 +135,7 @@ class KD(Family):
 
 def _kd_unit(bounds, options) -> float | None:
     """The most n_i KD_i moves when one row is replaced: 4 (hi - lo) for the full-sample
-    estimators (module ``metrics.privacy``); random subsets are not bounded here."""
+    estimators (module ``metrics.kd.privacy``); random subsets are not bounded here."""
     return None if options.kd_estimator == "subsets" else 4.0 * bounds.kernel_width
 
 
@@ -159,7 +159,7 @@ KD_METRIC = Metric(
     },
     # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball;
     # replacing a row moves n_i KD_i by at most 4 (hi - lo), the kernel's range on the
-    # ball (4 for rbf/laplace: metrics.privacy.SUM_SENSITIVITY), for U and V statistics
+    # ball (4 for rbf/laplace: metrics.kd.privacy.SUM_SENSITIVITY), for U and V statistics
     secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, unit=_kd_unit),
     provided="the clients used weights n_i/n, one kernel (a bandwidth fixed for all), the "
     "same samples and a full-sample estimator",

@@ -20,9 +20,9 @@ noise :math:`L_m \cdot \xi`, :math:`\xi \sim \mathcal N(0, I)`, for *loadings*
 :math:`|L_a - L_b|` and adjacent gaps have covariance :math:`(L_b - L_a) \cdot (L_d - L_c)`.
 ``distrank score --private`` is the other case (:func:`private_confidence`): each client
 releases its KD of each model with its own independent noise :math:`\mathcal N(0,
-\sigma_i^2)` (:func:`distrank.metrics.privacy.release_kd`), so model a's ``avg``
+\sigma_i^2)` (:func:`distrank.metrics.kd.privacy.release_kd`), so model a's ``avg``
 carries :math:`\mathcal N(0, s_a^2)`, :math:`s_a^2 = \sum_i w_i^2 \sigma_i^2`
-(:func:`distrank.metrics.privacy.avg_noise_std`), independent across models
+(:func:`distrank.metrics.kd.privacy.avg_noise_std`), independent across models
 (:func:`independent_loadings`: :math:`L_m = s_m e_m`), and a gap's noise std is
 :math:`\sqrt{s_a^2 + s_b^2}`.
 
@@ -155,8 +155,9 @@ def table_confidence(
     table: pd.DataFrame, metric: str, loadings: Mapping[str, np.ndarray], level: float = LEVEL
 ) -> dict:
     """The confidence of the ``all`` and ``avg`` rankings (those the table has) of
-    ``metric``: ``pairs`` (:func:`confidence_table` of each, with columns ``aggregation``
-    and ``level``), ``order`` (aggregation -> :func:`order_confidence`) and ``level``."""
+    ``metric``: ``metric``, ``pairs`` (:func:`confidence_table` of each, with columns
+    ``aggregation`` and ``level``), ``order`` (aggregation -> :func:`order_confidence`) and
+    ``level``."""
     parts, order = [], {}
     for agg in sorted({"all", "avg"} & set(table.aggregation)):
         rows = table[(table.aggregation == agg) & (table.metric == metric)]
@@ -164,7 +165,8 @@ def table_confidence(
         pairs = confidence_table(values, loadings, level=level)
         parts.append(pairs.assign(aggregation=agg, level=level))
         order[agg] = order_confidence(values, loadings)
-    return {"pairs": pd.concat(parts, ignore_index=True), "order": order, "level": level}
+    pairs = pd.concat(parts, ignore_index=True)
+    return {"metric": metric, "pairs": pairs, "order": order, "level": level}
 
 
 def ranking_confidence(
@@ -178,9 +180,9 @@ def ranking_confidence(
 
 
 def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEVEL) -> dict:
-    """:func:`table_confidence` of a ``distrank.metrics.privacy.private_scores`` table
+    """:func:`table_confidence` of a ``distrank.metrics.kd.privacy.private_scores`` table
     (its ``avg`` ranking of ``kd``): every model's ``avg`` carries independent N(0, s^2)
-    noise, s = ``noise_std`` (:func:`distrank.metrics.privacy.avg_noise_std`)."""
+    noise, s = ``noise_std`` (:func:`distrank.metrics.kd.privacy.avg_noise_std`)."""
     models = dict.fromkeys(table.model[(table.metric == "kd") & (table.aggregation == "avg")])
     return table_confidence(
         table, "kd", independent_loadings(dict.fromkeys(models, noise_std)), level
@@ -189,12 +191,12 @@ def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEV
 
 def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float = LEVEL):
     """(the ``kd_sketch`` table of ``models`` from the sites' sketches, unbiased
-    (``metrics.scoring.sketch_scores``), its metadata): the options, the map, the
+    (``metrics.sketch.family.sketch_scores``), its metadata): the options, the map, the
     extractor, every site's privacy, the raw values and :func:`ranking_confidence`
     (``meta["confidence"]``, its pairs as records, which :func:`write_confidence`
     writes beside the table)."""
     from distrank.metrics.options import ScoreOptions
-    from distrank.metrics.scoring import sketch_scores
+    from distrank.metrics.sketch.family import sketch_scores
     from distrank.metrics.sketch.maps import FeatureMap, pool
 
     pooled = pool(list(sites.values()))
@@ -247,11 +249,7 @@ def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float
             "noisy sketch moves each model's value by -2 eta . t, which differs between "
             "models: the confidence says which pairs that can reorder.",
         },
-        "confidence": {
-            "level": conf["level"],
-            "order": conf["order"],
-            "pairs": conf["pairs"].to_dict(orient="records"),
-        },
+        "confidence": conf | {"pairs": conf["pairs"].to_dict(orient="records")},
     }
     return table, meta
 

@@ -25,10 +25,10 @@ the model, so the ranking needs s alone.
 
 **Privacy.** Replacing one of a site's rows moves :math:`s_i` by at most
 :math:`2/n_i` in L2 (:math:`\|\phi\| = 1`); one Gaussian release of :math:`s_i`
-(``metrics.privacy.release_sketch``, the analytic calibration) is
+(:func:`release_sketch`, the analytic calibration of :mod:`distrank.metrics.privacy`) is
 :math:`(\varepsilon, \delta)`-DP for every model ever scored from it (post-processing),
 :math:`n_i` public. In a secure sum the sites add :math:`n_i s_i` (sensitivity 2) with
-noise of variance :math:`\sigma^2/t` each (``metrics.privacy.sketch_sum_std``).
+noise of variance :math:`\sigma^2/t` each (:func:`sketch_sum_std`).
 
 The map is public: W comes from (seed, d, D, h) alone (:class:`FeatureMap`), and the
 bandwidth must come from the server's side (a named model or public set), never from
@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import positive_int
+from distrank.metrics.privacy import noise_multiplier
 
 #: the file format's version (metadata ``version``)
 VERSION = 1
@@ -159,6 +160,30 @@ def bias(n: int, dim: int, noise_std: float) -> float:
     """The expected excess of a noisy sketch's KD over the noiseless one: n / (n - 1) D
     sigma^2, the same for every model (``metrics.sketch.confidence``)."""
     return n / (n - 1) * dim * noise_std**2 if noise_std else 0.0
+
+
+def sketch_noise_std(n: int, *, epsilon: float, delta: float) -> float:
+    """sigma of one (epsilon, delta) Gaussian release of a mean sketch of n rows:
+    z_1(epsilon, delta) times the L2 sensitivity 2 / n."""
+    return noise_multiplier(epsilon=epsilon, delta=delta) * 2.0 / positive_int(n, "n")
+
+
+def release_sketch(sketch, *, epsilon: float, delta: float, rng: np.random.Generator):
+    """A :class:`Sketch` with N(0, sigma^2 I) added, sigma =
+    :func:`sketch_noise_std` (one release for every model scored from it)."""
+    std = sketch_noise_std(sketch.n, epsilon=epsilon, delta=delta)
+    noisy = np.asarray(sketch.mean) + rng.normal(0.0, std, np.shape(sketch.mean))
+    meta = dict(sketch.meta) | {"epsilon": float(epsilon), "delta": float(delta), "noise_std": std}
+    return Sketch(noisy, sketch.n, meta)
+
+
+def sketch_sum_std(n: int, *, epsilon: float, delta: float, threshold: int, n_sites: int) -> float:
+    """The noise std of the pooled sketch when sites sum n_i s_i (sensitivity 2), each
+    adding N(0, sigma^2 / t): sigma sqrt(A / t) / n over A sites of n rows in all."""
+    sigma = 2.0 * noise_multiplier(epsilon=epsilon, delta=delta)
+    if n_sites < threshold:
+        raise ValueError(f"n_sites: a sum needs {threshold} sites, got {n_sites}")
+    return sigma * math.sqrt(n_sites / threshold) / n
 
 
 def _self_term(mean: np.ndarray, n: int) -> float:
