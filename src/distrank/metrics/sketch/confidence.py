@@ -189,14 +189,45 @@ def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEV
     )
 
 
+def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The tidy score table of ``kd_sketch`` (KD of the sketched rbf kernel) of every model
+    against each site's sketch (``client``; site name -> ``metrics.sketch.maps.Sketch``), their
+    size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
+    the sketches' metadata, which must agree. Values unbiased (:func:`sketch_scores`)."""
+    from distrank.metrics.sketch.maps import FeatureMap, pool
+
+    fmap = FeatureMap.of(pool(list(sites.values())).meta)  # pool: the maps agree
+    return sketch_scores(sites, {name: fmap.sketch(y) for name, y in models.items()})[0]
+
+
+def sketch_scores(sites: Mapping, model_sketches: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the table of :func:`score_sketches` from the models' sketches, the same table raw).
+    A noisy sketch's values are unbiased: the expected excess n / (n - 1) D sigma^2 of its
+    noise is removed (``metrics.sketch.maps.bias``; the same for every model)."""
+    from distrank.clients import client_weights
+    from distrank.metrics.sketch.maps import bias, pool, sketch_kd
+    from distrank.metrics.table import from_values
+
+    pooled = pool(list(sites.values()))
+    references = [pooled, *sites.values()]
+    excess = [bias(s.n, pooled.meta["dim"], s.noise_std) for s in references]
+    raw, values = {}, {}
+    for name, t in model_sketches.items():
+        kd = [sketch_kd(s, t) for s in references]
+        raw[name] = {"kd_sketch": (kd[0], kd[1:])}
+        fair = [v - e for v, e in zip(kd, excess)]
+        values[name] = {"kd_sketch": (fair[0], fair[1:])}
+    weights = client_weights([s.n for s in sites.values()], "size")  # n_i / n, as pooled
+    return from_values(values, list(sites), weights), from_values(raw, list(sites), weights)
+
+
 def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float = LEVEL):
     """(the ``kd_sketch`` table of ``models`` from the sites' sketches, unbiased
-    (``metrics.sketch.family.sketch_scores``), its metadata): the options, the map, the
+    (:func:`sketch_scores`), its metadata): the options, the map, the
     extractor, every site's privacy, the raw values and :func:`ranking_confidence`
     (``meta["confidence"]``, its pairs as records, which :func:`write_confidence`
     writes beside the table)."""
     from distrank.metrics.options import ScoreOptions
-    from distrank.metrics.sketch.family import sketch_scores
     from distrank.metrics.sketch.maps import FeatureMap, pool
 
     pooled = pool(list(sites.values()))
