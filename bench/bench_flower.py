@@ -185,7 +185,7 @@ def policy_parts(grid, tmp: Path) -> dict[str, str]:
 
     from distrank.flower.ledger import Ledger
     from distrank.flower.node import SiteConfig
-    from distrank.flower.secure import site as secure_site
+    from distrank.flower.secure.site import attestation
 
     reply = next(m for stage, m in grid.received if stage == "query").content
     attested = reply.config_records["attested"]
@@ -196,7 +196,7 @@ def policy_parts(grid, tmp: Path) -> dict[str, str]:
     content = {"path": "secure", "noise": {"kd": 1.0}} | site.policy.summary()
     start = time.perf_counter()
     for _ in range(200):
-        secure_site.attestation(site, 1, 100, content)
+        attestation(site, 1, 100, content)
     sign = (time.perf_counter() - start) / 200
     ledger = Ledger(tmp / "bench.ledger", float("inf"), 1e-5)
     start = time.perf_counter()

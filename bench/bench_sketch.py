@@ -71,7 +71,7 @@ def run_side(args) -> None:
     import torch
 
     from distrank.metrics import kernel_sums, make_kernel, median_bandwidth
-    from distrank.metrics.sketch import maps as sk
+    from distrank.metrics.sketch.maps import FeatureMap, sketch_kd
 
     ref = synthetic(args.n, args.d, 0)
     models = [synthetic(args.m, args.d, g + 1) for g in range(args.models)]
@@ -79,9 +79,9 @@ def run_side(args) -> None:
     base = rss_mib()
     start = time.perf_counter()
     if args.side == "sketch":
-        fmap = sk.FeatureMap(args.d, args.dim, h, seed=0)
+        fmap = FeatureMap(args.d, args.dim, h, seed=0)
         s = fmap.sketch(ref)
-        kd = [sk.sketch_kd(s, fmap.sketch(y)) for y in models]
+        kd = [sketch_kd(s, fmap.sketch(y)) for y in models]
     else:
         kernel = make_kernel("rbf", {"bandwidth": h}, args.d)
         index = np.zeros(args.n, np.int64)

@@ -69,10 +69,10 @@ def check_file(path: str | os.PathLike) -> None:
 def load_plugins(config: Mapping) -> None:
     """Import every module under ``plugins:``; each registers its own metrics
     (``distrank.metrics.registry.register``). Run before :func:`check` and in every job."""
-    from distrank.metrics.registry import load_plugins as load
+    from distrank.metrics import registry
 
     try:
-        load(config.get("plugins", []))
+        registry.load_plugins(config.get("plugins", []))
     except ValueError as err:
         raise ValueError(f"config: {err}") from None
 

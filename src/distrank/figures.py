@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank._io import atomic_write_bytes, output_path
-from distrank.metrics import table as score_table
 from distrank.metrics.metric import PRDC
 from distrank.metrics.ranking import discordant_pairs, rank_models
 from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display
@@ -182,7 +182,7 @@ def per_model(
     """
     if difference not in ("gap", "absdiff"):
         raise ValueError(f"difference: expected 'gap' or 'absdiff', got {difference!r}")
-    wide = score_table.wide(scores, metrics)
+    wide = distrank.metrics.table.wide(scores, metrics)
     names = [display(m) for m in metrics]
     table = wide[["model"]].copy()
     for name in names:
@@ -194,7 +194,7 @@ def per_model(
             table[f"{name}_{agg}_rank"] = rank_models(
                 wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric]
             )
-    return table, score_table.rank_agreement(wide, metrics)
+    return table, distrank.metrics.table.rank_agreement(wide, metrics)
 
 
 def e1_table(

@@ -118,10 +118,10 @@ def test_small_blocks_give_the_same_scores(monkeypatch):
     FD sums over 50 rows, KD kernel and one-hot blocks of 64 rows): the values of
     scoring each partition afresh."""
     from distrank import _arrays
-    from distrank.metrics.fd import frechet as fd
+    from distrank.metrics.fd import partitions
 
     monkeypatch.setattr(_arrays, "BLOCK_ELEMENTS", 2**17)  # 256 rows a block
-    monkeypatch.setattr(fd, "_FD_BLOCK", 50)
+    monkeypatch.setattr(partitions, "_FD_BLOCK", 50)
     rng = np.random.default_rng(1)
     n, d = 560, 6
     labels = np.repeat(np.arange(4), 140)

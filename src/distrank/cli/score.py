@@ -197,7 +197,7 @@ def score_options(args):
 
 def run(args) -> int:
     from distrank.features.inputs import scoring_inputs
-    from distrank.metrics import table as score_table
+    from distrank.metrics.table import FORMAT, FORMATS, write
     from distrank.report.summary import summary, write_markdown
 
     if args.private is not None and args.intervals is not None:
@@ -208,7 +208,7 @@ def run(args) -> int:
         inputs = scoring_inputs(
             features, reference=args.reference, clients=args.clients or (), models=args.models
         )
-    meta = {"format": score_table.FORMAT, **inputs.meta}
+    meta = {"format": FORMAT, **inputs.meta}
     options = score_options(args)
     try:
         if args.private is not None:
@@ -219,11 +219,11 @@ def run(args) -> int:
             table = intervals(table, inputs, options, meta, args)
     except InputError as err:
         raise inputs.blame(err) from None
-    fmt = args.format or score_table.FORMATS.get(args.out.suffix.lower(), "csv")
+    fmt = args.format or FORMATS.get(args.out.suffix.lower(), "csv")
     if fmt == "markdown":
         write_markdown(table, args.out)
     else:
-        score_table.write(table, args.out, meta, fmt)
+        write(table, args.out, meta, fmt)
     print(summary(table))
     if "confidence" in meta:
         from distrank.metrics.sketch.confidence import confidence_path, write_confidence

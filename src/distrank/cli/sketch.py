@@ -191,7 +191,7 @@ def run(args) -> int:
 
     import numpy as np
 
-    from distrank.metrics.sketch import maps as sketch
+    from distrank.metrics.sketch.maps import FeatureMap, Sketch, release_sketch, save
 
     extractor = made["extractor"] or args.extractor or _default_extractor()
     with input_features(_with(args, extractor=extractor)) as features:
@@ -201,13 +201,13 @@ def run(args) -> int:
             f"features of dimension {part.features.shape[1]}; the map's is {made['input_dim']}",
             path=args.reference,
         )
-    fmap = sketch.FeatureMap(part.features.shape[1], made["dim"], made["bandwidth"], made["seed"])
-    result = sketch.Sketch(*_sketched(fmap, part, made.get("map_sha256")))
+    fmap = FeatureMap(part.features.shape[1], made["dim"], made["bandwidth"], made["seed"])
+    result = Sketch(*_sketched(fmap, part, made.get("map_sha256")))
     if args.epsilon is not None:
-        result = sketch.release_sketch(
+        result = release_sketch(
             result, epsilon=args.epsilon, delta=args.delta, rng=np.random.default_rng()
         )
-    sketch.save(args.out, result)
+    save(args.out, result)
     noise = f", noise std {result.noise_std:.3g} (epsilon {args.epsilon:g})" if args.epsilon else ""
     print(f"wrote the sketch of {result.n} rows (D = {made['dim']}{noise}) to {args.out}")
     return EXIT_OK
@@ -282,7 +282,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_sketches(paths: list[Path]) -> dict:
     """site -> Sketch of the files, checked (names, maps and extractors agree)."""
-    from distrank.metrics.sketch import maps as sketch
+    from distrank.metrics.sketch.maps import check_compatible, load
 
     sites, files = {}, {}
     for path in paths:
@@ -291,11 +291,11 @@ def load_sketches(paths: list[Path]) -> dict:
             raise UsageError(f"--sketch: {files[name]} and {path} both name the site {name!r}")
         files[name] = path
         try:
-            sites[name] = sketch.load(path)
+            sites[name] = load(path)
         except ValueError as err:
             raise InputError(str(err)) from None
     try:
-        sketch.check_compatible([s.meta for s in sites.values()])
+        check_compatible([s.meta for s in sites.values()])
     except ValueError as err:
         raise InputError(f"--sketch: {err}") from None
     return sites
@@ -321,26 +321,26 @@ def run_rank(args) -> int:
         if meta.get("weights") not in (None, first.get("weights")) and first.get("weights"):
             raise InputError(f"--model {name}: field 'weights' differs from the sketches'")
         models[name] = features
-    from distrank.metrics import table as score_table
     from distrank.metrics.sketch.confidence import rank_sketches, write_confidence
+    from distrank.metrics.table import FORMAT, write
 
     table, meta = rank_sketches(sites, models, args.level)
-    meta = {"format": score_table.FORMAT} | meta
+    meta = {"format": FORMAT} | meta
     if fmt == "markdown":
         from distrank.report.summary import write_markdown
 
         write_markdown(table, args.out)
     else:
-        score_table.write(table, args.out, meta, fmt)
+        write(table, args.out, meta, fmt)
     write_confidence(meta, args.out)
     _print(table, meta["confidence"], args.out)
     return EXIT_OK
 
 
 def _format(args) -> str:
-    from distrank.metrics import table as score_table
+    from distrank.metrics.table import FORMATS
 
-    return args.format or score_table.FORMATS.get(args.out.suffix.lower(), "csv")
+    return args.format or FORMATS.get(args.out.suffix.lower(), "csv")
 
 
 def _print(table, confidence, out) -> None:

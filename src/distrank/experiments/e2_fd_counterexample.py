@@ -54,10 +54,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank.clients import client_weights
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.metrics import table as score_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -275,7 +275,7 @@ def e2_table(scores: pd.DataFrame, *, g1: str = "G1", g2: str = "G2") -> pd.Data
     ``client``, ``FD_G1``, ``FD_G2``, ``FD_rel_diff`` ((G2 - G1) / G1), ``KD_G1``,
     ``KD_G2``, ``KD_rel_diff``.
     """
-    score_table.check(scores, ("fd", "kd"))
+    distrank.metrics.table.check(scores, ("fd", "kd"))
     rows = scores[scores["model"].isin([g1, g2]) & scores["metric"].isin(["fd", "kd"])].copy()
     for model in (g1, g2):
         if model not in set(rows["model"]):

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style, per_model
-from distrank.metrics import table as score_table
 from distrank.metrics.ranking import discordant_pairs
 from distrank.metrics.registry import display
 
@@ -197,10 +197,12 @@ def e5_table(
         ["run", "round"], key=lambda c: c.map(order) if c.name == "run" else c, kind="mergesort"
     ).reset_index(drop=True)
     parts = [agreement.assign(checkpoints="all")]
-    wide = score_table.wide(scores, metrics)
+    wide = distrank.metrics.table.wide(scores, metrics)
     for run in RUNS:
         rows = wide["model"].map(lambda m: checkpoints[m][0] == run)  # noqa: B023
-        parts.append(score_table.rank_agreement(wide[rows], metrics).assign(checkpoints=run))
+        parts.append(
+            distrank.metrics.table.rank_agreement(wide[rows], metrics).assign(checkpoints=run)
+        )
     agreement = pd.concat(parts, ignore_index=True)
     return table, agreement[["checkpoints", *agreement.columns.drop("checkpoints")]]
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, new_figure, paper_style
-from distrank.metrics import table as score_table
 from distrank.metrics.metric import BANDWIDTH_KERNELS
 from distrank.metrics.registry import display
 
@@ -218,7 +218,9 @@ def e7_table(
     every evaluation step (the untouched generator), so all four runs share the steps.
     Rows are ordered by method (FedSGD, FedAvg, centralized, none) and step.
     """
-    wide = score_table.wide(scores[scores["model"].isin(list(models))], metrics).set_index("model")
+    wide = distrank.metrics.table.wide(
+        scores[scores["model"].isin(list(models))], metrics
+    ).set_index("model")
     start = [m for m, (method, _) in models.items() if method == "none"]
     if len(start) != 1:
         raise ValueError(f"models: expected one 'none' model (step 0), got {start}")

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank.clients import partition
 from distrank.experiments import Outputs, named_on
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.metrics import table as score_table
 from distrank.metrics.metric import METRIC_KEYS
 
 if TYPE_CHECKING:
@@ -172,13 +172,15 @@ def partition_agreement(
         raise ValueError("metrics: the heterogeneity index is the KD gap, so 'kd' is needed")
     rows = []
     for _, part in meta.iterrows():
-        wide = score_table.wide(scores[scores["partition"] == part["partition"]], metrics)
+        wide = distrank.metrics.table.wide(
+            scores[scores["partition"] == part["partition"]], metrics
+        )
         gap = wide["KD_avg"] - wide["KD_all"]
         values = wide.columns.drop("model")
         rounded = wide.assign(
             **{c: [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in wide[c]] for c in values}
         )
-        agreement = score_table.rank_agreement(rounded, metrics)
+        agreement = distrank.metrics.table.rank_agreement(rounded, metrics)
         agreement = agreement.assign(
             partition=part["partition"],
             setting=part["setting"],

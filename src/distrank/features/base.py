@@ -145,9 +145,9 @@ if TYPE_CHECKING:
 
 def resolve_device(device=None) -> torch.device:
     """``distrank._arrays.resolve_device`` (imports torch on first call)."""
-    from distrank._arrays import resolve_device as resolve
+    from distrank import _arrays
 
-    return resolve(device)
+    return _arrays.resolve_device(device)
 
 
 def device_type(device) -> str:

@@ -117,12 +117,12 @@ def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, devic
 def main(grid: Grid, context: Context) -> None:
     """Score every model at every site and write the table (and the report page)."""
     from distrank.features.cache import load_features
-    from distrank.metrics import table as score_table
+    from distrank.metrics.table import write
 
     if context.run_config.get("secure", False):  # the sum of the sites' vectors only
-        from distrank.flower.secure.server import main as secure_main
+        from distrank.flower.secure import server
 
-        secure_main(grid, context)
+        server.main(grid, context)
         return
 
     settings = RunSettings.from_run_config(context.run_config)
@@ -140,7 +140,7 @@ def main(grid: Grid, context: Context) -> None:
         meta = ranked | meta  # the run's options and the sites' attestations first
     else:
         table = federated_table(replies, models=models, weights=settings.weights)
-    score_table.write(table, settings.out, meta, "csv")
+    write(table, settings.out, meta, "csv")
     if sketching:
         from distrank.metrics.sketch.confidence import write_confidence
 
@@ -175,13 +175,13 @@ def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder):
     rank --sketch`` scores later models from them, without the sites), the table of
     ``models`` from them (unbiased) and its metadata: the map, the sites' privacy and the
     confidence its noise leaves (``metrics.sketch.confidence.rank_sketches``)."""
-    from distrank.metrics.sketch import maps as sketch
     from distrank.metrics.sketch.confidence import rank_sketches
+    from distrank.metrics.sketch.maps import save
 
     sites = {str(r.site): r.sketch for r in sorted(replies, key=lambda r: str(r.site))}
     folder.mkdir(parents=True, exist_ok=True)
     for name, made in sites.items():
-        sketch.save(folder / f"{name}.sketch.npz", made)
+        save(folder / f"{name}.sketch.npz", made)
     return rank_sketches(sites, models)
 
 

@@ -30,7 +30,7 @@ from distrank.flower.messages import (
     encode_sketch_reply,
 )
 from distrank.flower.node import SiteConfig
-from distrank.flower.secure import site as secure_site
+from distrank.flower.secure.site import attestation, guard_mod, policy_mod, prepare, share
 from distrank.metrics.registry import METRICS
 
 #: the only message types a site answers: Flower routes "train.<action>" and
@@ -65,7 +65,7 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
         rng = np.random.default_rng()
         n = released_rows(len(x), stds, rng)
         said = {"path": path, "noise": stds, "spent": spent} | policy.summary()
-        attested = secure_site.attestation(site, run, node, said)
+        attested = attestation(site, run, node, said)
         if path == "sketch":
             reply = encode_sketch_reply(site.site, site_sketch(x, opts, stds, n, rng))
             reply["attested"] = attested
@@ -147,20 +147,20 @@ def site_sketch(x, opts, stds, n: int, rng):
     return Sketch(total / n, n, meta)
 
 
-@app.query(mods=[secure_site.guard_mod])
+@app.query(mods=[guard_mod])
 def query(msg: Message, context: Context) -> Message:
     """Answer the server's request with this site's scores (in secure mode: prepare them).
     What the site cannot answer leaves as a failure category (``secure.site.guard_mod``)."""
     site = SiteConfig.from_node_config(context.node_config)
     if "secure" in msg.content.config_records:
-        return Message(secure_site.prepare(site, msg.content, context), reply_to=msg)
+        return Message(prepare(site, msg.content, context), reply_to=msg)
     return Message(score_site(site, msg.content, context.run_id, context.node_id), reply_to=msg)
 
 
-@app.train(mods=[secure_site.guard_mod, secure_site.policy_mod, secaggplus_mod])
+@app.train(mods=[guard_mod, policy_mod, secaggplus_mod])
 def train(msg: Message, context: Context) -> Message:
     """Secure mode's SecAgg+ round: ``secaggplus_mod`` runs its stages and masks the
     vector this site prepared; the site's policy checks each stage first, and a failure
     leaves as its category only (:mod:`distrank.flower.secure.site`)."""
     site = SiteConfig.from_node_config(context.node_config)
-    return Message(secure_site.share(site.site, msg, context.state), reply_to=msg)
+    return Message(share(site.site, msg, context.state), reply_to=msg)

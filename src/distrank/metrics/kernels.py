@@ -154,7 +154,15 @@ _FUNCTIONS = {
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel with every parameter fixed; ``kernel(x, y)`` is the (rows x, rows y) matrix."""
+    """A kernel with every parameter fixed; ``kernel(x, y)`` is the (rows x, rows y) matrix.
+
+    Attributes
+    ----------
+    name
+        One of "poly", "rbf", "laplace", "linear".
+    params
+        Mapping of every parameter of ``name``, checked (:func:`make_kernel`).
+    """
 
     name: str
     params: Mapping[str, float] = field(default_factory=dict)
@@ -217,8 +225,23 @@ def needs_bandwidth(name: str, params: Mapping | None) -> bool:
 def make_kernel(name: str, params: Mapping | None, dim: int) -> Kernel:
     """The kernel ``name`` with ``params`` checked and defaults filled in for dimension ``dim``.
 
-    poly: degree (positive int, 3), gamma (positive, 1/dim), coef0 (finite, 1);
-    rbf and laplace: bandwidth (positive, required); linear: none.
+    Parameters
+    ----------
+    name : {"poly", "rbf", "laplace", "linear"}
+    params : mapping or None
+        poly: degree (positive int, 3), gamma (positive, 1/dim), coef0 (finite, 1);
+        rbf and laplace: bandwidth (positive, required); linear: none.
+    dim : int
+        The features' dimension d.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    ValueError
+        Naming the kernel or the parameter.
     """
     check_kernel_name(name)
     params = dict(params or {})
@@ -248,10 +271,23 @@ def median_bandwidth(
 ) -> float:
     """Median heuristic: the median distance between distinct reference rows.
 
-    Euclidean distance for ``rbf``, L1 for ``laplace``, over at most ``max_rows``
-    rows drawn without replacement (``numpy.random.default_rng(seed)``). Compute it
-    once, on the pooled reference, and pass it to every client (Gretton et al.,
-    "A Kernel Two-Sample Test", JMLR 2012).
+    Compute it once, on the pooled reference, and pass it to every client (Gretton et
+    al., "A Kernel Two-Sample Test", JMLR 2012).
+
+    Parameters
+    ----------
+    reference : array_like, shape (n, d)
+    kernel : {"rbf", "laplace"}
+        Euclidean distance for rbf, L1 for laplace.
+    max_rows : int
+        At most this many rows, drawn without replacement.
+    seed : int
+        Of ``numpy.random.default_rng``, which draws them.
+
+    Returns
+    -------
+    float
+        The bandwidth h.
     """
     if kernel not in BANDWIDTH_KERNELS:
         raise ValueError(f"kernel: the median heuristic is for 'rbf' or 'laplace', got {kernel!r}")

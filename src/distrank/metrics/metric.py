@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from distrank import clients
 from distrank._checks import TooFewRows, positive_int
-from distrank.clients import average as weighted_mean
 
 #: KD's estimators, on the full samples (the U- and V-statistics) or KID-style subsets.
 FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
@@ -149,11 +149,11 @@ class Metric:
     spreads: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
     needs_models: bool = True
-    average: Callable[[Any, Any], Any] = field(default=weighted_mean, compare=False)
+    average: Callable[[Any, Any], Any] = field(default=clients.average, compare=False)
 
     def __post_init__(self) -> None:
         own = getattr(self.secure, "own_average", False)
-        if self.secure is not None and self.average is not weighted_mean and not own:
+        if self.secure is not None and self.average is not clients.average and not own:
             raise ValueError(
                 f"metric {self.key!r}: its secure sum adds the sites' weighted values (the "
                 "weighted mean, clients.average), not its own average; give it a secure sum "

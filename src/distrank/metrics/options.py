@@ -126,6 +126,12 @@ class ScoreOptions:
     but ``kd_sketch``), ``kernel``, ``kernel_params``, ``seed``, ``weights`` (lambda_i of
     ``avg``), ``dtype`` (KD and PRDC products; FD statistics are always float64); KD's
     ``kd_estimator``, ``n_subsets``, ``subset_size``; PRDC's ``pr_k`` and ``dc_k``.
+
+    Parameters
+    ----------
+    **values
+        Option name -> value; an option not given takes its default. An unknown name is
+        a ``TypeError``, a bad value a ``ValueError`` naming the option.
     """
 
     def __init__(self, **values) -> None:
@@ -214,9 +220,25 @@ def _made(values: Mapping, kept=None) -> ScoreOptions:
 
 
 def score_options(options: ScoreOptions | Mapping | None = None, **changes) -> ScoreOptions:
-    """``options`` (a :class:`ScoreOptions`, a mapping of option names such as the
-    pipeline's ``metrics:`` section, or None for the defaults) with ``changes``: each
-    value checked once."""
+    """Options with changes, each value checked once.
+
+    Parameters
+    ----------
+    options : ScoreOptions, mapping or None
+        A mapping of option names such as the pipeline's ``metrics:`` section; None:
+        the defaults.
+    **changes
+        Option names as keywords, which win over ``options``.
+
+    Returns
+    -------
+    ScoreOptions
+
+    Raises
+    ------
+    ValueError
+        Naming the option and the value.
+    """
     if options is None:
         return _made(changes)
     if not isinstance(options, ScoreOptions):

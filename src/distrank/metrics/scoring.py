@@ -29,7 +29,7 @@ from distrank._checks import about
 from distrank.clients import client_groups
 from distrank.metrics import registry
 from distrank.metrics.family import Inputs, Run, Values
-from distrank.metrics.kd import sums as kd_
+from distrank.metrics.kd.sums import SumsBuilder
 from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
 from distrank.metrics.options import ScoreOptions, score_options
 from distrank.metrics.registry import METRICS, uses_kernel
@@ -203,7 +203,7 @@ def share_products(runs: Sequence[Run]) -> list[Run]:
         return list(runs)
 
     def both() -> Values:
-        builder = kd_.SumsBuilder(taker.kernel)
+        builder = SumsBuilder(taker.kernel)
         values = feeder.compute(products=builder)
         for name, by_metric in taker.from_sums(builder.sums()).items():
             values[name] |= by_metric
@@ -223,14 +223,31 @@ def score_client(
 ) -> dict[str, dict[str, float]]:
     """One client's scores of every model: what a client computes without sharing data.
 
-    ``options``, ``changes``, ``device`` and ``block_size`` are those of :func:`score`
-    (``weights`` does not matter for one client); the result maps each model to
-    ``{metric: value}`` (and ``kd_std`` in subsets mode), equal to that client's
-    ``client`` rows of ``score``: the client's rows scored as one pool
-    (:func:`pooled_of`, no table). An rbf/laplace kernel needs an explicit
-    ``kernel_params["bandwidth"]``: the bandwidth must be the same for all clients
-    (computed once, e.g. with ``median_bandwidth`` on pooled or public data), never a
-    client's own median.
+    Equal to that client's ``client`` rows of :func:`score`: the client's rows scored
+    as one pool (:func:`pooled_of`, no table).
+
+    Parameters
+    ----------
+    client_features : array_like, shape (n, d)
+        The client's rows.
+    models : mapping
+        Model name -> (m, d) array of generated features.
+    options : ScoreOptions, mapping or None
+        Those of :func:`score` (``weights`` does not matter for one client). An
+        rbf/laplace kernel needs an explicit ``kernel_params["bandwidth"]``, the same
+        for all clients (computed once, e.g. with ``median_bandwidth`` on pooled or
+        public data), never a client's own median.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+    block_size : int, optional
+        Rows of one product block (None: 64 MiB blocks).
+    **changes
+        Option names as keywords, which win over ``options``.
+
+    Returns
+    -------
+    dict
+        Model name -> {metric: value} (and ``kd_std`` in subsets mode).
     """
     opts = score_options(options, **changes)  # the one normalisation of a client's call
     x = as_features(client_features, "client_features")
@@ -240,5 +257,18 @@ def score_client(
 
 
 def client_scores(client_features, model_features, options=None, **changes) -> dict[str, float]:
-    """One client's scores of one model (:func:`score_client` with a single model)."""
+    """One client's scores of one model: :func:`score_client` with a single model.
+
+    Parameters
+    ----------
+    client_features : array_like, shape (n, d)
+    model_features : array_like, shape (m, d)
+    options, **changes
+        Those of :func:`score_client`.
+
+    Returns
+    -------
+    dict
+        Metric -> value.
+    """
     return score_client(client_features, {"model": model_features}, options, **changes)["model"]

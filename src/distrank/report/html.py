@@ -52,8 +52,7 @@ from distrank.figures import e1_figure, e1_table, e6_figure, e6_table
 from distrank.metrics.metric import EXACT, PRDC, SAFE
 from distrank.metrics.ranking import rank_models
 from distrank.metrics.registry import HIGHER_IS_BETTER, display, spread_keys
-from distrank.metrics.table import COLUMNS, check, flipped_pairs
-from distrank.metrics.table import per_metric as _per_metric
+from distrank.metrics.table import COLUMNS, check, flipped_pairs, per_metric
 from distrank.report.client_sections import agrees, client_only_section, clients_section
 from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
 from distrank.report.privacy import (
@@ -157,26 +156,26 @@ def _header(title, scores, meta, extractor, source, name) -> str:
 
 
 def _values_section(scores, name, meta) -> str:
-    per_metric = _per_metric(scores)
-    arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in per_metric}
-    head = "".join(f"<th class=num>{esc(name(m))} {arrows[m]}</th>" for m in per_metric)
+    by_metric = per_metric(scores)
+    arrows = {m: "&uarr;" if HIGHER_IS_BETTER.get(m, False) else "&darr;" for m in by_metric}
+    head = "".join(f"<th class=num>{esc(name(m))} {arrows[m]}</th>" for m in by_metric)
     ranks = {
         (m, agg): dict(
             zip(w.index, rank_models(w[agg], higher_is_better=HIGHER_IS_BETTER.get(m, False)))
         )
-        for m, w in per_metric.items()
+        for m, w in by_metric.items()
         for agg in ("all", "avg")
     }
     noisy = (meta.get("confidence") or {}).get("metric")  # a private ranking's metric
     for agg in ("all", "avg"):  # models its noise does not separate tie
-        if noisy in per_metric:
+        if noisy in by_metric:
             ranks[(noisy, agg)] |= tied_ranks(meta, agg)
     rows = []
-    for model in sorted(set().union(*(w.index for w in per_metric.values()))):
+    for model in sorted(set().union(*(w.index for w in by_metric.values()))):
         for agg in ("all", "avg"):  # stacked, so the table is as wide as the metrics
             cells = [f"<td rowspan=2>{esc(model)}</td>"] if agg == "all" else []
             cells.append(f"<td class=agg>{agg}</td>")
-            for metric, wide in per_metric.items():
+            for metric, wide in by_metric.items():
                 if model not in wide.index:  # this metric was not computed for this model
                     cells.append("<td class=num>n/a</td>")
                     continue
@@ -254,7 +253,7 @@ def _measured(r, name) -> list[str]:
 
 def _flips_section(scores, name) -> str:
     items = []
-    for metric in _per_metric(scores):
+    for metric in per_metric(scores):
         pairs, shown = flipped_pairs(scores, metric), name(metric)
         if pairs.empty:
             items.append(
@@ -282,7 +281,7 @@ def _flips_section(scores, name) -> str:
 def _figures_section(scores, extractor) -> str:
     name = partial(display, extractor=extractor)
     blocks = []
-    metrics = set(_per_metric(scores))
+    metrics = set(per_metric(scores))
     if {"kd", "fd"} <= metrics:
         table, _ = e1_table(scores)
         blocks.append(

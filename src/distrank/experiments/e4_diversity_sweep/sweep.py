@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+import distrank.metrics.table
 from distrank.experiments import Outputs, collected
 from distrank.experiments.e4_diversity_sweep.figures import (
     e4_figure,
     e4_samples_figure,
     e4_terms_figure,
 )
-from distrank.metrics import table as score_table
 from distrank.metrics.fd.settings import SPLIT, TERMS
 from distrank.metrics.metric import METRIC_KEYS
 from distrank.metrics.registry import HIGHER_IS_BETTER, display
@@ -130,7 +130,7 @@ def e4_curves(
     aggregation, score`` (metric display names; aggregations ``all`` and ``avg``),
     ordered by family (as in ``models``), metric, aggregation, seed and knob value.
     ``models`` is :func:`sweep_models`."""
-    score_table.check(scores, metrics)
+    distrank.metrics.table.check(scores, metrics)
     rows = scores[
         scores["aggregation"].isin(["all", "avg"])
         & scores["metric"].isin(metrics)

@@ -48,7 +48,7 @@ def main(grid: Grid, context: Context) -> None:
     """Secure mode's ServerApp body: the table (its metadata and bounds) from the secure sum."""
     from distrank._io import atomic_path
     from distrank.features.cache import load_features
-    from distrank.metrics import table as score_table
+    from distrank.metrics.table import write
 
     settings = RunSettings.from_run_config(context.run_config)
     secure = SecureSettings.from_run_config(context.run_config, settings)
@@ -89,7 +89,7 @@ def main(grid: Grid, context: Context) -> None:
     if any(not METRICS[m].needs_models for m in plan.metrics):  # a pooled sketch: later models too
         pooled = write_pooled_sketch(total, len(included), plan, noise, sketch_path(settings.out))
         table = pooled_confidence(table, pooled, models, plan, meta)
-    score_table.write(table, settings.out, meta, "csv")
+    write(table, settings.out, meta, "csv")
     if "confidence" in meta:
         from distrank.metrics.sketch.confidence import write_confidence
 
@@ -180,15 +180,15 @@ def sketch_path(out):
 def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], path):
     """The pooled sketch of a secure sum, its noise std per entry in its metadata
     (``distrank rank --sketch`` scores models from it later); returns it."""
-    from distrank.metrics.sketch import maps as sketch
     from distrank.metrics.sketch.family import pooled_sketch
+    from distrank.metrics.sketch.maps import Sketch, save
 
     blocks = split(decode(mean, k, plan), plan)
     n = int(round(blocks["rows"][0]))
     pooled = pooled_sketch(plan, blocks, n)
     if noise.get("sketch"):
-        pooled = sketch.Sketch(pooled.mean, n, pooled.meta | {"noise_std": noise["sketch"] / n})
-    sketch.save(path, pooled)
+        pooled = Sketch(pooled.mean, n, pooled.meta | {"noise_std": noise["sketch"] / n})
+    save(path, pooled)
     return pooled
 
 

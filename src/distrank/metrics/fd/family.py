@@ -5,7 +5,7 @@ chunks of models and of clients (memory: a chunk of each, whatever their numbers
 pooled value alone (``Inputs.per_client`` False) from the same statistics, without the
 clients' Fréchet distances.
 partitions: one product of the reference with each model serves every partition
-(``fd.frechet.partition_fds``).
+(``fd.partitions.partition_fds``).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class FD(Family):
         return Run(compute)
 
     def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values]:
-        from distrank.metrics.fd.frechet import partition_fds
+        from distrank.metrics.fd.partitions import partition_fds
 
         fds = partition_fds(inputs.reference, inputs.partitions, inputs.models, inputs.device)
         return {

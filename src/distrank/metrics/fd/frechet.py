@@ -36,10 +36,9 @@ speed on cores that other jobs share.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,8 +51,6 @@ from distrank._checks import TooFewRows
 from distrank.metrics.fd.bands import (
     FULL,
     _band_of,
-    _gram,
-    _root_sum,
     _root_trace,
     _triangular,
     sqrt_factor,
@@ -90,12 +87,21 @@ def one_thread_each() -> Iterator[Callable[[Callable, Iterable], list]]:
 
 @dataclass(frozen=True, eq=False)
 class GaussianStats:
-    """Sample size, mean (d,) and covariance (d, d, ddof=1) of a feature set; float64.
+    """Sample size, mean and covariance (ddof=1) of a feature set, in float64.
 
-    ``factor``, when set, is a (d, k) matrix G with G G^T = cov: ``gaussian_stats``
-    keeps the centred rows (X - mean)^T / sqrt(n - 1) when n <= d. It is local to the
-    process (the statistics a Flower site shares are n, mean and cov only). ``cov`` is
-    ``None`` when only the factor was asked for (``gaussian_stats(covariance=False)``).
+    Attributes
+    ----------
+    n
+        int: rows of the feature set.
+    mean
+        numpy.ndarray, shape (d,): their mean.
+    cov
+        numpy.ndarray, shape (d, d), or None: their covariance, ddof=1; None when only
+        the factor was asked for (``gaussian_stats(covariance=False)``).
+    factor
+        numpy.ndarray, shape (d, k), or None: a matrix G with G G^T = cov, the centred
+        rows (X - mean)^T / sqrt(n - 1), kept when n <= d. It stays in the process: a
+        Flower site shares n, mean and cov only.
     """
 
     n: int
@@ -111,8 +117,29 @@ def gaussian_stats(
 
     Two passes in float64 whatever the input dtype: the mean, then the centred
     scatter (X_b - mean)^T (X_b - mean) block by block (float32 products would
-    move FD by ~1e-5 relative). ``covariance=False``: no covariance when the factor
-    is kept (FD needs only the factor; ``cov`` is then ``None``).
+    move FD by ~1e-5 relative).
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        Features (numpy or torch, any float dtype, finite), n >= 2.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+    block_size : int
+        Rows of one block.
+    covariance : bool
+        False: no covariance where the factor is kept (n <= d; FD needs only the
+        factor), ``cov`` is then None.
+
+    Returns
+    -------
+    GaussianStats
+        n, the mean (d,) and the covariance (d, d).
+
+    Raises
+    ------
+    ValueError
+        Naming ``x``: not a finite 2-d array, or fewer than 2 rows (``TooFewRows``).
     """
     x = as_features(x, "x")
     n, d = x.shape
@@ -162,8 +189,24 @@ def pool_stats(stats: Iterable[GaussianStats]) -> GaussianStats:
         (n - 1) C = sum_i (n_i - 1) C_i + sum_i n_i (mean_i - mean)(mean_i - mean)^T,
 
     the within-client plus the between-client scatter (Chan, Golub and LeVeque,
-    "Algorithms for computing the sample variance", 1983). ``stats`` may be an iterator:
-    each covariance is added as it comes (memory: one (d, d) sum and the means).
+    "Algorithms for computing the sample variance", 1983).
+
+    Parameters
+    ----------
+    stats : iterable of GaussianStats
+        One per sample, each with its covariance, of one dimension d; an iterator is
+        read once, each covariance added as it comes (memory: one (d, d) sum and the
+        means).
+
+    Returns
+    -------
+    GaussianStats
+        n, the mean (d,) and the covariance (d, d) of the pooled rows.
+
+    Raises
+    ------
+    ValueError
+        When ``stats`` is empty or the dimensions differ.
     """
     sizes, means, scatter = [], [], None
     for s in stats:
@@ -187,15 +230,40 @@ def pool_stats(stats: Iterable[GaussianStats]) -> GaussianStats:
 
 
 def frechet_distance(a: GaussianStats, b: GaussianStats, *, device=None) -> float:
-    """FD between the Gaussian fits ``a`` and ``b`` (see the module doc)."""
+    """FD between the Gaussian fits ``a`` and ``b``.
+
+    FD = ``||m_a - m_b||^2 + tr C_a + tr C_b - 2 tr (C_a^1/2 C_b C_a^1/2)^1/2`` (Heusel
+    et al., "GANs Trained by a Two Time-Scale Update Rule Converge to a Local Nash
+    Equilibrium", NeurIPS 2017); the module doc says how the root is computed.
+
+    Parameters
+    ----------
+    a, b : GaussianStats
+        The two feature sets' statistics (:func:`gaussian_stats`), of one dimension d.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+
+    Returns
+    -------
+    float
+        FD(a, b).
+    """
     return float(frechet_distances([a], [b], device=device)[0, 0])
 
 
 @dataclass(frozen=True)
 class FrechetTerms:
-    """The terms of FD for every (reference, model) pair, each a (references, models)
-    array: ``mean`` ``|m1 - m2|^2``, ``trace_reference`` tr C1, ``trace_model`` tr C2
-    and ``root`` tr (C1^1/2 C2 C1^1/2)^1/2, so that FD = mean + traces - 2 root."""
+    """The terms of FD for every (reference, model) pair, so that FD = mean + traces - 2 root.
+
+    Attributes
+    ----------
+    mean
+        numpy.ndarray, shape (R, M): ``||m1 - m2||^2`` of reference r and model g.
+    trace_reference, trace_model
+        numpy.ndarray, shape (R, M): tr C1 and tr C2.
+    root
+        numpy.ndarray, shape (R, M): tr (C1^1/2 C2 C1^1/2)^1/2.
+    """
 
     mean: np.ndarray
     trace_reference: np.ndarray
@@ -211,8 +279,21 @@ class FrechetTerms:
 def frechet_distances(
     references: Sequence[GaussianStats], models: Sequence[GaussianStats], *, device=None
 ) -> np.ndarray:
-    """FD of every (reference, model) pair as a (len(references), len(models)) array
-    (the sum of :func:`frechet_terms`)."""
+    """FD of every (reference, model) pair: the sum of :func:`frechet_terms`.
+
+    Parameters
+    ----------
+    references : sequence of GaussianStats, length R
+    models : sequence of GaussianStats, length M
+        All of one dimension d.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+
+    Returns
+    -------
+    numpy.ndarray, shape (R, M)
+        FD of reference r and model g, each bit for bit :func:`frechet_distance`'s.
+    """
     return frechet_terms(references, models, device=device).fd
 
 
@@ -226,6 +307,19 @@ def frechet_terms(
     the Gram matrix of X's smaller side and one symmetric eigenvalue problem of that size
     (:func:`_root_trace`). The factors, then the pairs (largest first), are solved side by
     side (:func:`one_thread_each`).
+
+    Parameters
+    ----------
+    references : sequence of GaussianStats, length R
+    models : sequence of GaussianStats, length M
+        All of one dimension d.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+
+    Returns
+    -------
+    FrechetTerms
+        Each term as an (R, M) array.
     """
     stats = list(references) + list(models)
     dims = {s.mean.shape[0] for s in stats}
@@ -343,90 +437,3 @@ def fd_bound(pooled, model, s1: np.ndarray, e1: float, e2: float) -> float:
     if smallest > 0:
         root = min(root, d * ec / math.sqrt(smallest) * spread)
     return 2 * gap * dm + 3 * dm * dm + d * ec + 2 * root
-
-
-# -- FD of many partitions of one reference -------------------------------------------
-
-_FD_BLOCK = 4096  # rows per step of the FD sums over many rows
-log = logging.getLogger(__name__)
-
-
-def partition_fds(x, groups: Mapping, ys: Mapping, dev) -> dict:
-    """FD of every model against the pool and every client of every partition, sharing
-    one product of the reference with each model (``metrics.reaggregate``'s doc):
-    partition -> model -> (FD_all, (k,) per-client FDs)."""
-    f64 = torch.float64
-    xc = x.to(device=dev, dtype=f64, copy=True)
-    center = xc.mean(dim=0)
-    xc -= center  # all data centred on the pool: less cancellation, the same FD
-    rows = {
-        p: [torch.from_numpy(g.rows(c)).to(dev) for c in range(len(g.sizes))]
-        for p, g in groups.items()
-    }
-    # Per client (model-free): mean and trace of the covariance (ddof=1).
-    stats = {p: [_mean_trace(xc[r]) for r in rs] for p, rs in rows.items()}
-    pooled_stats = _mean_trace(xc)
-    out = {p: {} for p in groups}
-    for j, (name, y) in enumerate(ys.items()):
-        y = y.to(device=dev, dtype=f64) - center
-        y_c = y - y.mean(dim=0)
-        model = (y.mean(dim=0), float((y_c * y_c).sum()) / (y.shape[0] - 1), y.shape[0])
-        with one_thread_each():
-            factor = _model_factor(y_c)
-        products = xc @ factor  # (n, r <= min(m, d)), the same for every partition
-        parts = [(pooled_stats, None)] + [(s, r) for p in rows for s, r in zip(stats[p], rows[p])]
-        jobs = [(client, model, products, r) for client, r in parts]
-        with one_thread_each() as map_:  # every client of every partition side by side
-            fds = iter(map_(lambda job: _fd_value(*job), jobs))
-        fd_all = next(fds)
-        for p, rs in rows.items():
-            out[p][name] = (fd_all, np.array([next(fds) for _ in rs]))
-        log.info("FD: model %d/%d done", j + 1, len(ys))
-    return out
-
-
-def _model_factor(y_c: torch.Tensor) -> torch.Tensor:
-    """G (d, r) with G G^T = Y~^T Y~: Y~^T itself when m <= d, else a square-root
-    factor of the (d, d) scatter, so that products X G are never wider than d."""
-    if y_c.shape[0] <= y_c.shape[1]:
-        return y_c.T
-    scatter = y_c.T @ y_c
-    return sqrt_factor((scatter + scatter.T) / 2)
-
-
-def _mean_trace(rows: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """(mean, tr C) of float64 rows, C the covariance with ddof=1."""
-    mean = rows.mean(dim=0)
-    trace = sum(float(((b - mean) ** 2).sum()) for b in rows.split(_FD_BLOCK))
-    return mean, trace / (rows.shape[0] - 1)
-
-
-def _fd_value(client, model, products, rows) -> float:
-    """FD from (mean, tr C) of the client, (mean, tr S, m) of the model (means relative
-    to the same centre) and the client's rows (``None``: all) of the products X G."""
-    (mu, tr_c), (m, tr_s, m_rows) = client, model
-    nuclear = _root_sum(_centred_gram(products, rows))
-    n_rows = products.shape[0] if rows is None else rows.shape[0]
-    scale = ((n_rows - 1) * (m_rows - 1)) ** 0.5
-    return float(((mu - m) ** 2).sum()) + tr_c + tr_s - 2.0 * nuclear / scale
-
-
-def _centred_gram(products: torch.Tensor, rows):
-    """The smaller Gram matrix of the rows' column-centred products: A A^T (rows x
-    rows) when there are no more rows than columns (numpy on the CPU: :func:`_gram`),
-    else A^T A summed over row blocks (no copy of all the rows); numpy on the CPU."""
-    if rows is not None and rows.shape[0] <= products.shape[1]:
-        a = products[rows]
-        a -= a.mean(dim=0)
-        return _gram(a.numpy()) if a.device.type == "cpu" else a @ a.T
-    chunks = products.split(_FD_BLOCK) if rows is None else rows.split(_FD_BLOCK)
-    pick = (lambda c: c) if rows is None else (lambda c: products[c])
-    mean = sum(pick(c).sum(dim=0) for c in chunks) / (
-        products.shape[0] if rows is None else rows.shape[0]
-    )
-    r = products.shape[1]
-    total = torch.zeros(r, r, dtype=products.dtype, device=products.device)
-    for c in chunks:
-        a = pick(c) - mean
-        total += a.T @ a
-    return total.numpy() if total.device.type == "cpu" else total

@@ -26,8 +26,8 @@ class KD(Family):
     uses_kernel = True
 
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
-        from distrank.metrics.kd import sums as kd_
         from distrank.metrics.kd.subsets import subset_kd
+        from distrank.metrics.kd.sums import kernel_sums
 
         o, x, groups, names = inputs.options, inputs.reference, inputs.groups, list(inputs.models)
 
@@ -38,7 +38,7 @@ class KD(Family):
         def compute() -> Values:
             if o.kd_estimator != "subsets":
                 return from_sums(
-                    kd_.kernel_sums(
+                    kernel_sums(
                         x,
                         groups.index,
                         inputs.models.values(),
@@ -73,7 +73,7 @@ class KD(Family):
         import logging
 
         from distrank.clients import common_refinement
-        from distrank.metrics.kd import sums as kd_
+        from distrank.metrics.kd.sums import kernel_sums
 
         o, ys = inputs.options, inputs.models
         if o.kd_estimator == "subsets":  # random subsets share nothing: each partition afresh
@@ -84,7 +84,7 @@ class KD(Family):
             int(fine.max()) + 1,
             len(inputs.partitions),
         )
-        sums = kd_.kernel_sums(
+        sums = kernel_sums(
             inputs.reference,
             fine,
             ys.values(),

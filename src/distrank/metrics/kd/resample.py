@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
-from distrank.metrics.kd import sums as kd_
+from distrank.metrics.kd.sums import KernelSums
 from distrank.metrics.kernels import Kernel
 from distrank.metrics.metric import check_full_sample
 
@@ -31,7 +31,7 @@ def resampled_kernel_sums(
     dtype: str = "float32",
     device=None,
     block_size: int | None = None,
-) -> list[kd_.KernelSums]:
+) -> list[KernelSums]:
     """Kernel sums whose ``kd(estimator)`` is each resample's KD (module doc), for B
     resamples given by row counts.
 
@@ -77,7 +77,7 @@ def resampled_kernel_sums(
     yy, yy_diag = torch.stack(yy, dim=1).cpu().numpy(), torch.stack(yy_diag, dim=1).cpu().numpy()
     model_sizes = np.asarray(model_sizes, dtype=np.int64)
     return [
-        kd_.KernelSums(
+        KernelSums(
             client_sizes=sizes,
             model_sizes=model_sizes,
             xx=xx[b],

@@ -33,10 +33,25 @@ from distrank.metrics.metric import ESTIMATORS, check_full_sample, kd_rows
 
 @dataclass(frozen=True)
 class KernelSums:
-    """Kernel sums over the pooled reference split by client, and over each model.
+    """Kernel sums over the pooled reference split by its k clients, and over M models.
 
-    ``xx[a, b]`` = S_{X_a X_b}; ``xx_diag[a]`` = tr_{X_a}; ``xy[g, i]`` = S_{X_i Y_g};
-    ``yy[g]`` = S_{Y_g Y_g}; ``yy_diag[g]`` = tr_{Y_g}. All float64.
+    S_AB is the sum of k(a, b) over the rows a of A and b of B; tr_A the sum of k(a, a).
+
+    Attributes
+    ----------
+    client_sizes
+        numpy.ndarray, shape (k,): rows n_i of each client.
+    model_sizes
+        numpy.ndarray, shape (M,): rows m_g of each model.
+    xx
+        numpy.ndarray, shape (k, k): ``xx[a, b]`` = S_{X_a X_b}.
+    xx_diag
+        numpy.ndarray, shape (k,): ``xx_diag[a]`` = tr_{X_a}.
+    xy
+        numpy.ndarray, shape (M, k): ``xy[g, i]`` = S_{X_i Y_g}.
+    yy, yy_diag
+        numpy.ndarray, shape (M,): ``yy[g]`` = S_{Y_g Y_g}, ``yy_diag[g]`` = tr_{Y_g};
+        all float64.
     """
 
     client_sizes: np.ndarray  # (k,)
@@ -123,8 +138,6 @@ def kernel_sums(
 ) -> KernelSums:
     """All the kernel sums of KD for the pooled reference, its clients and each model.
 
-    ``reference`` is an (n, d) array; ``client_index`` (n,) holds each row's
-    client in 0..k-1; ``models`` yields (m, d) arrays (all checked by the caller).
     Kernel blocks of ``block_size`` rows are formed and reduced in ``dtype``
     (float32: fast GEMMs), and the block sums are accumulated in float64; no
     n x n or n x m matrix is ever held. The rows are grouped by client and centred
@@ -132,6 +145,28 @@ def kernel_sums(
     does, so that ``prdc(..., products=builder)`` gives these sums bit for bit from
     PRDC's own products. S_XX and S_YY are symmetric: only blocks on or above the
     diagonal are formed.
+
+    Parameters
+    ----------
+    reference : torch.Tensor, shape (n, d)
+        The pooled reference rows (checked by the caller).
+    client_index : numpy.ndarray, shape (n,)
+        Each row's client, in 0..k-1.
+    models : iterable of array_like, each shape (m_g, d)
+        The models' rows, read one at a time.
+    kernel : Kernel
+        Its parameters fixed (:func:`~distrank.metrics.kernels.make_kernel`).
+    dtype : {"float32", "float64"}
+        Of the kernel blocks.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+    block_size : int, optional
+        Rows of one product block (None: 64 MiB blocks).
+
+    Returns
+    -------
+    KernelSums
+        With k clients and M models.
     """
     block_size = product_rows(block_size, work_dtype(dtype).itemsize)
     builder = _pooled(reference, client_index, kernel, device, dtype, block_size)
@@ -357,9 +392,32 @@ def kernel_distance(
     device=None,
     block_size: int | None = None,
 ) -> float:
-    """KD(X, Y) of one pair on the full samples (U- or V-statistic, see the module doc).
+    """KD(X, Y), the squared MMD, of one pair on the full samples.
 
-    rbf and laplace need ``kernel_params={"bandwidth": ...}``.
+    The U-statistic (``"unbiased"``) or the V-statistic (``"biased"``) of Gretton et
+    al., "A Kernel Two-Sample Test", JMLR 2012 (the module doc).
+
+    Parameters
+    ----------
+    x, y : array_like, shapes (n, d) and (m, d)
+        Features (numpy or torch), finite.
+    kernel : {"poly", "rbf", "laplace", "linear"}
+    kernel_params : mapping, optional
+        Of :func:`~distrank.metrics.kernels.make_kernel`; rbf and laplace need
+        ``{"bandwidth": h}``.
+    estimator : {"unbiased", "biased"}
+        The U-statistic needs n, m >= 2.
+    dtype : {"float32", "float64"}
+        Of the kernel blocks; their sums are float64.
+    device : str or torch.device, optional
+        Where the products run (None: CUDA if available, else the CPU).
+    block_size : int, optional
+        Rows of one product block (None: 64 MiB blocks).
+
+    Returns
+    -------
+    float
+        KD(X, Y); a ValueError names a bad argument (dimensions, rows, kernel).
     """
     x, y = as_features(x, "x"), as_features(y, "y")
     if x.shape[1] != y.shape[1]:
