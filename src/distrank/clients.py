@@ -153,8 +153,20 @@ WEIGHTS = ("size", "uniform")
 
 
 def n_clients(scheme: Mapping, n_classes: int | None = None) -> int:
-    """The number of clients of a scheme, from the scheme alone (a one_class scheme
-    without ``classes`` has one client per class: pass ``n_classes``)."""
+    """The number of clients of a scheme, from the scheme alone.
+
+    Parameters
+    ----------
+    scheme : mapping
+        ``{"kind": ..., **keys}`` (module doc).
+    n_classes : int, optional
+        The classes of the labels: a one_class scheme without ``classes`` has one
+        client per class.
+
+    Returns
+    -------
+    int
+    """
     kind = scheme["kind"]
     if kind == "by_class":
         return len(scheme["groups"])
@@ -172,9 +184,19 @@ def n_clients(scheme: Mapping, n_classes: int | None = None) -> int:
 def client_weights(sizes, scheme: str = "size") -> np.ndarray:
     r"""The weights :math:`\lambda_i` of D_avg = sum_i lambda_i D(X_i, Y).
 
-    ``"size"``: :math:`\lambda_i = n_i / n`, the only weights under which KD_avg - KD_all
-    is model-free (Theorem 1 of Wang et al., arXiv 2310.11714); ``"uniform"``: 1 / k.
-    ``sizes`` are the clients' row counts n_i.
+    Parameters
+    ----------
+    sizes : array_like, shape (k,)
+        The clients' row counts n_i, positive.
+    scheme : {"size", "uniform"}
+        ``"size"``: :math:`\lambda_i = n_i / n`, the only weights under which KD_avg -
+        KD_all is model-free (Theorem 1 of Wang et al., arXiv 2310.11714);
+        ``"uniform"``: 1 / k.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k,)
+        float64, summing to 1.
     """
     if scheme not in WEIGHTS:
         raise ValueError(f"weights: expected one of {WEIGHTS}, got {scheme!r}")
@@ -248,7 +270,18 @@ def partition(labels, *, scheme: Mapping, seed: int, features=None) -> np.ndarra
 
 
 def client_sizes(clients) -> dict[int, int]:
-    """Rows per client, ``{client: n_i}`` in client order; unassigned rows are left out."""
+    """Rows per client; unassigned rows are left out.
+
+    Parameters
+    ----------
+    clients : array_like of int, shape (n,)
+        Each row's client id (:func:`partition`).
+
+    Returns
+    -------
+    dict
+        ``{client: n_i}`` in client order.
+    """
     ids, counts = np.unique(np.asarray(clients), return_counts=True)
     return {int(i): int(n) for i, n in zip(ids, counts) if i != UNASSIGNED}
 
@@ -256,8 +289,17 @@ def client_sizes(clients) -> dict[int, int]:
 def save_manifest(path, clients, **meta) -> None:
     """Write a partition as CSV ``row,client`` and its metadata to ``<path>.meta.json``.
 
-    ``meta`` (JSON-serialisable: scheme, seed, source, ...) is stored together with
-    ``n`` (rows) and ``sizes`` (rows per client). Both files are written atomically.
+    Both files are written atomically.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The CSV file.
+    clients : array_like of int, shape (n,)
+        Each row's client id.
+    **meta
+        JSON-serialisable metadata (scheme, seed, source, ...), stored with ``n`` (rows)
+        and ``sizes`` (rows per client).
     """
     clients = np.asarray(clients)
     if clients.ndim != 1 or not np.issubdtype(clients.dtype, np.integer):
@@ -271,9 +313,17 @@ def save_manifest(path, clients, **meta) -> None:
 
 
 def load_manifest(path) -> np.ndarray:
-    """Read a manifest written by :func:`save_manifest`; returns client id per row.
+    """Read a manifest written by :func:`save_manifest`.
 
-    The metadata is in ``<path>.meta.json`` (plain JSON).
+    Parameters
+    ----------
+    path : str or path-like
+        The CSV file; its metadata is in ``<path>.meta.json`` (plain JSON).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        Each row's client id.
     """
     path = Path(path)
     with open(path) as f:
@@ -303,8 +353,15 @@ def _meta_path(path: Path) -> Path:
 class ClientGroups:
     """The clients of a reference set: sorted labels, each row's client, sizes.
 
-    ``names[c]`` is ``str`` of the c-th sorted distinct label (the same names the
-    PRDC results use); ``index[j]`` is the client of reference row j.
+    Attributes
+    ----------
+    names
+        list of str, length k: ``str`` of each sorted distinct label (the names the
+        score tables use).
+    index
+        numpy.ndarray of int64, shape (n,): the client of each reference row, in 0..k-1.
+    sizes
+        numpy.ndarray of int64, shape (k,): rows per client.
     """
 
     names: list[str]
@@ -321,7 +378,24 @@ class ClientGroups:
 
 
 def client_groups(clients, n: int) -> ClientGroups:
-    """Group ``n`` reference rows by their client labels (int or str)."""
+    """Group ``n`` reference rows by their client labels.
+
+    Parameters
+    ----------
+    clients : array_like, shape (n,)
+        Each row's client label, int or str (numpy or torch).
+    n : int
+        The reference's rows.
+
+    Returns
+    -------
+    ClientGroups
+
+    Raises
+    ------
+    ValueError
+        Naming ``clients``: a wrong shape or dtype, or labels equal as strings.
+    """
     torch = sys.modules.get("torch")  # a tensor implies torch is loaded; this module is torch-free
     if torch is not None and isinstance(clients, torch.Tensor):
         clients = clients.detach().cpu().numpy()

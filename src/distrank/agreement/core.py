@@ -104,6 +104,16 @@ def midpoint_terms(y: np.ndarray, f1: np.ndarray, f2: np.ndarray) -> dict[str, f
 
     the residual being zero up to float rounding (the midpoint identity is exact).
     ``y``, ``f1``, ``f2`` are ``(m,)`` or ``(m, d)`` (outputs summed).
+
+    Parameters
+    ----------
+    y, f1, f2 : array_like, shape (m,) or (m, d)
+        Targets and the two models' predictions on the evaluation sample, of one shape.
+
+    Returns
+    -------
+    dict of str to float
+        ``mse_f1``, ``mse_f2``, ``mse_fbar``, ``D`` and ``identity_residual``.
     """
     terms = loss_terms(y, f1, f2, loss="squared")
     return {
@@ -119,7 +129,27 @@ def loss_terms(
     :math:`D`, and the midpoint bound
     :math:`(4/\mu)(R(f_1) + R(f_2) - 2 R(\bar f))`, which is :math:`\ge D` when the loss
     is :math:`\mu`-strongly convex on the segment between the two predictions (for
-    squared loss, :math:`\mu = 2`, it equals :math:`D`)."""
+    squared loss, :math:`\mu = 2`, it equals :math:`D`).
+
+    Parameters
+    ----------
+    y, f1, f2 : array_like, shape (m,) or (m, d)
+        Targets and the two models' predictions (logits for logistic loss), of one shape.
+    loss : {"squared", "logistic"}
+        A key of :data:`LOSSES`.
+    mu : float, default 2.0
+        The strong-convexity constant :math:`\mu`, positive.
+
+    Returns
+    -------
+    dict of str to float
+        The risks of ``f1``, ``f2``, ``fbar`` (:func:`risk_column`), ``D``, ``midpoint_bound``.
+
+    Raises
+    ------
+    ValueError
+        If ``loss`` is unknown, ``mu`` is not positive, or the shapes differ.
+    """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
     if not mu > 0:
@@ -144,7 +174,7 @@ def lemma_bound(risk_f1, risk_f2, risk_g1, risk_g2, *, mu: float = 2.0) -> dict[
 
     :math:`f_1, f_2` are the pair's models at resource :math:`p`, :math:`g_1, g_2` the
     same runs' models at :math:`2p` (where the average of two :math:`p`-models lives).
-    With :math:`\hat R_p = \min R(f_i)`, :math:`\hat\varepsilon = |R(f_1) - R(f_2)|`
+    With :math:`\hat R_p = \min R(f_i)`, :math:`\hat\varepsilon = \lvert R(f_1) - R(f_2) \rvert`
     (so both :math:`f_i` are :math:`\hat\varepsilon`-near :math:`\hat R_p`) and
     :math:`\hat R_{2p} = \min R(g_i)`:
 
@@ -159,6 +189,18 @@ def lemma_bound(risk_f1, risk_f2, risk_g1, risk_g2, *, mu: float = 2.0) -> dict[
     model only bounds :math:`R(F_{2p})` from above, they fail (fall below :math:`D`, or
     below zero) where training at :math:`2p` is far from optimal, e.g. overfitting.
     Works elementwise on arrays.
+
+    Parameters
+    ----------
+    risk_f1, risk_f2, risk_g1, risk_g2 : float or array_like
+        Risks of :math:`f_1, f_2` (at :math:`p`) and :math:`g_1, g_2` (at :math:`2p`).
+    mu : float, default 2.0
+        The strong-convexity constant :math:`\mu`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``R_p``, ``eps``, ``R_2p``, ``bound``, ``bound_anchor``: float64, broadcast shape.
     """
     r1, r2, g1, g2 = (np.asarray(v, dtype=np.float64) for v in (risk_f1, risk_f2, risk_g1, risk_g2))
     r_p, eps, r_2p = np.minimum(r1, r2), np.abs(r1 - r2), np.minimum(g1, g2)
@@ -242,6 +284,27 @@ def learning_curve_pairs(
     of the two :math:`p`-models (risks of :math:`f_1, f_2, \bar f`, :math:`D`, the
     midpoint bound and, for squared loss, the identity residual) and the
     :func:`lemma_bound` terms from the same runs' :math:`2p`-models.
+
+    Parameters
+    ----------
+    population : Population
+        Training distribution and evaluation sample.
+    fit_predict : callable
+        ``fit_predict(X, y, resource, seed)``: the predictions on ``population.X``.
+    resources : sequence of int
+        Distinct positive resources :math:`p`, run in sorted order.
+    n_train, n_pairs : int
+        Training points per run (at least 2) and pairs of runs (at least 1).
+    seed : int or sequence of int
+        ``SeedSequence`` entropy.
+    loss, mu : str, float
+        Those of :func:`loss_terms` (defaults ``"squared"``, 2.0).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per pair and resource (columns as above, with ``data``, ``resource``,
+        ``pair``); ``ValueError`` if ``resources``, ``n_train`` or ``n_pairs`` is invalid.
     """
     resources = check_resources(resources)
     _check_count(n_train, "n_train", 2)
@@ -272,7 +335,20 @@ def learning_curve_pairs(
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     r"""Mean and Student-t interval :math:`\bar v \pm t_{(1+\mathrm{level})/2,\,n-1}\, s/\sqrt n`
-    over pairs (NaN interval for fewer than two values)."""
+    over pairs (NaN interval for fewer than two values).
+
+    Parameters
+    ----------
+    values : sequence of float, length n
+        At least one value (else ``ValueError``).
+    level : float, default 0.95
+        Confidence level, in (0, 1) (else ``ValueError``).
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, lo, hi)``; ``lo``, ``hi`` NaN when n < 2.
+    """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     v = np.asarray(values, dtype=np.float64)
@@ -297,7 +373,24 @@ def summarize(
     bound is below their ``D``) and the failure flags of the first bound:
     ``bound_negative`` (its mean is below zero) and ``bound_below_D`` (its mean is
     below mean ``D``); ``failure`` is either. ``identity_max`` is the largest
-    ``|identity_residual|`` when the pairs carry one."""
+    ``abs(identity_residual)`` when the pairs carry one.
+
+    Parameters
+    ----------
+    pairs : pandas.DataFrame
+        With the columns ``by``, ``D`` and ``bounds`` (else ``ValueError``).
+    by : sequence of str, default ("data", "resource")
+        The columns to group by.
+    bounds : sequence of str, default ("bound",)
+        Bound columns; the first is flagged.
+    level : float, default 0.95
+        Of the intervals (:func:`mean_ci`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per group, sorted by ``by``.
+    """
     missing = [c for c in (*by, "D", *bounds) if c not in pairs.columns]
     if missing:
         raise ValueError(f"pairs lacks columns {missing}")

@@ -145,7 +145,27 @@ RUNNERS = {
 
 def run_family(family: str, settings: Mapping, *, seed: int) -> Tables:
     """Pairs table, summary table and figure of ``family`` with ``settings`` (its
-    config section; ``enabled`` is ignored here)."""
+    config section; ``enabled`` is ignored here).
+
+    Parameters
+    ----------
+    family : str
+        A key of :data:`FAMILIES`.
+    settings : Mapping
+        The family's config section: exactly its keys, and optionally ``enabled``.
+    seed : int
+        The study's seed; family ``i`` of :data:`FAMILIES` draws from ``[seed, i, ...]``.
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, pandas.DataFrame, matplotlib.figure.Figure)
+        The pairs table, the summary table and the figure.
+
+    Raises
+    ------
+    ValueError
+        If ``family`` is unknown, or ``settings`` misses a key or has an unknown one.
+    """
     s = _checked(family, settings)
     pairs_of, summary_of, figure_of = RUNNERS[family]
     pairs = pairs_of(s, seed, [seed, list(FAMILIES).index(family)])
@@ -163,7 +183,30 @@ def write_family(
     figures: str | os.PathLike[str],
 ) -> dict[str, Path]:
     """Write ``<results>/<stem>.{csv,md,tex}``, ``<results>/<stem>_pairs.csv`` and
-    ``<figures>/<stem>.{pdf,png}`` (``stem`` from :data:`FAMILIES`), atomically."""
+    ``<figures>/<stem>.{pdf,png}`` (``stem`` from :data:`FAMILIES`), atomically.
+
+    Parameters
+    ----------
+    family : str
+        A key of :data:`FAMILIES`.
+    pairs, summary : pandas.DataFrame
+        The pairs and summary tables of :func:`run_family`.
+    fig : matplotlib.figure.Figure
+        Its figure; closed once written.
+    results, figures : str or os.PathLike
+        The folders of the tables and of the figure.
+
+    Returns
+    -------
+    dict of str to pathlib.Path
+        The written paths, keyed ``"csv"``, ``"md"``, ``"tex"``, ``"pairs"``, ``"pdf"``
+        and ``"png"``.
+
+    Raises
+    ------
+    ValueError
+        If ``family`` is unknown.
+    """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {list(FAMILIES)}, got {family!r}")
     stem = FAMILIES[family]

@@ -24,7 +24,14 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
 class UnsafeArchiveError(ValueError):
-    """An archive member would be written outside the extraction directory."""
+    """An archive member would be written outside the extraction directory.
+
+    Parameters
+    ----------
+    *args
+        Those of the base exception: :func:`safe_extract` passes one message naming the
+        archive and its offending members (the first five).
+    """
 
 
 def safe_extract(archive_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
@@ -36,6 +43,27 @@ def safe_extract(archive_path: str | os.PathLike, dest: str | os.PathLike) -> Pa
     component, is a symlink or hard link pointing outside ``dest``, lies
     beneath a symlink member, or is a device or FIFO. ``dest`` must not exist
     or be an empty directory.
+
+    Parameters
+    ----------
+    archive_path : str or os.PathLike
+        The archive: a zip, or a tar of any compression ``tarfile`` reads.
+    dest : str or os.PathLike
+        The directory to extract into, created by renaming a temporary one beside it.
+
+    Returns
+    -------
+    pathlib.Path
+        ``dest``, holding the archive's members.
+
+    Raises
+    ------
+    UnsafeArchiveError
+        An unsafe member (above); nothing is written.
+    FileExistsError
+        ``dest`` exists and is not an empty directory.
+    ValueError
+        The file is neither a zip nor a tar archive.
     """
     archive_path, dest = Path(archive_path), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):

@@ -52,7 +52,14 @@ log = logging.getLogger(__name__)
 
 
 class ChecksumError(DownloadError):
-    """A downloaded (or existing) file does not match its expected size or checksum."""
+    """A downloaded (or existing) file does not match its expected size or checksum.
+
+    Parameters
+    ----------
+    *args
+        Those of the base exception: one message naming the URL (or file) and the
+        expected and actual values.
+    """
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +263,25 @@ class _Expected:
 
 
 def read_lockfile(lockfile: str | os.PathLike) -> dict[str, dict]:
-    """Entries of a checksum lock file ({} if it does not exist yet)."""
+    """Entries of a checksum lock file ({} if it does not exist yet).
+
+    Parameters
+    ----------
+    lockfile : str or os.PathLike
+        The JSON lock file (e.g. ``resources/checksums.lock``).
+
+    Returns
+    -------
+    dict of str to dict
+        URL -> its entry: ``sha256`` and ``size``, and for a GitHub code archive also
+        ``commit`` and ``tree``.
+
+    Raises
+    ------
+    ValueError
+        The file is not valid JSON, or does not map each URL to an entry with a
+        ``sha256`` string.
+    """
     path = Path(lockfile)
     if not path.exists():
         return {}

@@ -76,8 +76,28 @@ def fetch(
         Extra attempts after the first, for network errors, truncated responses and
         transient HTTP statuses (5xx, 408, 429), the first after ``backoff`` seconds,
         doubled on each further one; ``timeout`` (s) per attempt, read ``chunk`` bytes.
+    timeout : float
+        Seconds per attempt (default 60).
+    chunk : int
+        Bytes read at a time (default 1 MiB).
+    backoff : float
+        Seconds before the first retry (default 2), doubled on each further one.
     allow_http : bool
         Accept a plain http ``url`` (a trusted mirror); a redirect keeps the scheme.
+
+    Returns
+    -------
+    pathlib.Path
+        ``dest``, verified.
+
+    Raises
+    ------
+    ChecksumError
+        The file does not verify (it is deleted).
+    DownloadError
+        The transfer failed after all retries, or with a permanent HTTP status.
+    ValueError
+        No verification given (no checksum and no ``lockfile``), or a refused scheme.
     """
     dest = Path(dest)
     _check_scheme(url, allow_http=allow_http)

@@ -107,6 +107,19 @@ def load_fashion_mnist(
     verify : bool
         Check the decompressed data against :data:`RAW_MD5` (turn off only for
         files that are not the real dataset, such as test fixtures).
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, 28, 28)
+    labels : numpy.ndarray of int64, shape (N,)
+        Class indices 0..9 into ``CLASS_NAMES``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``split``, or files that are not the dataset.
+    FileNotFoundError
+        The files are missing and may not be downloaded.
     """
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")

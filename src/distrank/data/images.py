@@ -35,6 +35,31 @@ def save_images(
     ``images`` must be uint8 (N, H, W, C) with C in {1, 3}; a (N, H, W) array is
     taken as grayscale and stored with C = 1. ``meta`` keyword arguments must
     be JSON-serialisable.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The .npz file to write.
+    images : array_like of uint8, shape (N, H, W, C) or (N, H, W)
+        The images, C = 1 or 3.
+    labels : array_like, shape (N,), optional
+        Integer class indices (stored as int64) or unicode strings.
+    compress : bool
+        Write with ``numpy.savez_compressed`` instead of ``numpy.savez``.
+    **meta
+        Provenance, stored as one JSON object (:func:`load_image_meta`).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        Images or labels of the wrong dtype or shape.
+    TypeError
+        ``meta`` that is not JSON-serialisable.
     """
     path = Path(path)
     images = np.asarray(images)
@@ -55,7 +80,29 @@ def save_images(
 
 
 def load_images(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]:
-    """Read an image set: (images uint8 (N, H, W, C), labels (N,) or None)."""
+    """Read an image set: (images uint8 (N, H, W, C), labels (N,) or None).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An .npz image set (:func:`save_images`), read without pickle.
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, H, W, C)
+        C = 1 or 3.
+    labels : numpy.ndarray, shape (N,), or None
+        int64 class indices or unicode strings; None when the file has none.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    KeyError
+        The file has no ``images`` array.
+    ValueError
+        Not a readable npz, or arrays of the wrong dtype or shape.
+    """
     path = Path(path)
     with _open_npz(path) as data:
         if "images" not in data.files:
@@ -71,7 +118,18 @@ def load_images(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None]
 
 
 def load_image_meta(path: str | os.PathLike) -> dict:
-    """The ``meta`` dictionary stored by :func:`save_images` ({} if none)."""
+    """The ``meta`` dictionary stored by :func:`save_images` ({} if none).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An .npz image set.
+
+    Returns
+    -------
+    dict
+        The JSON object decoded.
+    """
     path = Path(path)
     with _open_npz(path) as data:
         if "meta" not in data.files:

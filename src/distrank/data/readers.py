@@ -57,6 +57,19 @@ def read_adm_npz(
 
     The arrays are streamed out of the archive, so ``max_images`` reads only
     the first rows of a 50,000-image batch instead of all ~10 GB.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The npz batch.
+    max_images : int, optional
+        Read only the first ``max_images`` rows (None: all).
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, H, W, C)
+    labels : numpy.ndarray of int64, shape (N,), or None
+        None when the file has no ``arr_1``.
     """
     path = Path(path)
     try:
@@ -149,14 +162,34 @@ def read_image_folder(
 
     Parameters
     ----------
+    path : str or os.PathLike
+        The folder.
     labels_from_subfolders : bool
         Label each image with the name of the top-level subfolder it lies in
         (``afhq/train/cat/x.jpg`` read from ``afhq/train`` gets ``'cat'``); labels
         are then a unicode array.
     mode : str
         PIL mode to convert to, "RGB" (C = 3) or "L" (C = 1).
+    extensions : tuple of str
+        File suffixes read, case-insensitive (default ``.png``, ``.jpg``, ``.jpeg``).
     max_images : int, optional
         Read only the first ``max_images`` files of the sorted list.
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, H, W, C)
+    labels : numpy.ndarray of str, shape (N,), or None
+        The subfolder names with ``labels_from_subfolders``, else None.
+
+    Raises
+    ------
+    ValueError
+        A bad ``mode``, an image that cannot be decoded or of another size, or (with
+        labels) a file directly in ``path``.
+    FileNotFoundError
+        No image below ``path``.
+    NotADirectoryError
+        ``path`` is not a folder.
     """
     if mode not in ("RGB", "L"):
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
@@ -264,7 +297,14 @@ CIFAR10_BATCHES = {
 
 
 class UnsafePickleError(pickle.UnpicklingError):
-    """A pickle asked for a global outside the allow-list."""
+    """A pickle asked for a global outside the allow-list.
+
+    Parameters
+    ----------
+    *args
+        Those of the base exception: one message naming the pickle's source and the
+        refused global.
+    """
 
 
 def _numpy_globals() -> dict[tuple[str, str], object]:
@@ -319,8 +359,26 @@ def read_cifar10_python(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Images uint8 (N, 32, 32, 3) and labels int64 from ``cifar-10-python.tar.gz``.
 
-    split : "train" (data_batch_1..5, 50,000 images) or "test" (test_batch, 10,000).
     The batches are read from the tarball directly; nothing is extracted.
+
+    Parameters
+    ----------
+    tar_path : str or os.PathLike
+        The CIFAR-10 python tarball.
+    split : {"train", "test"}
+        "train" (data_batch_1..5, 50,000 images) or "test" (test_batch, 10,000).
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (N, 32, 32, 3)
+    labels : numpy.ndarray of int64, shape (N,)
+
+    Raises
+    ------
+    UnsafePickleError
+        A batch's pickle names a global outside the allow-list.
+    ValueError
+        An unknown ``split``, or a batch of the wrong form.
     """
     if split not in CIFAR10_BATCHES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -347,7 +405,18 @@ def read_cifar10_python(
 
 
 def cifar10_label_names(tar_path: str | os.PathLike) -> list[str]:
-    """Class names from the tarball's ``batches.meta`` (index = label)."""
+    """Class names from the tarball's ``batches.meta`` (index = label).
+
+    Parameters
+    ----------
+    tar_path : str or os.PathLike
+        The CIFAR-10 python tarball.
+
+    Returns
+    -------
+    list of str
+        One name per label, in label order.
+    """
     with tarfile.open(tar_path, "r:*") as archive:
         meta = _load_cifar_member(archive, "batches.meta", tar_path)
     return [

@@ -35,7 +35,13 @@ SCHEMES = ("https", "file")
 
 
 class DownloadError(RuntimeError):
-    """The file could not be downloaded (after all retries)."""
+    """The file could not be downloaded (after all retries).
+
+    Parameters
+    ----------
+    *args
+        Those of the base exception: one message naming the URL and the (last) error.
+    """
 
 
 class _Transient(Exception):

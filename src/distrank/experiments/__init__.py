@@ -54,7 +54,15 @@ __all__ = [
 
 @dataclass
 class Outputs:
-    """What an experiment's ``run`` returns: tables and figures by output suffix."""
+    """What an experiment's ``run`` returns: tables and figures by output suffix.
+
+    Attributes
+    ----------
+    tables
+        dict of str to pandas.DataFrame: the tables by suffix (``""`` for the main one).
+    figures
+        dict of str to object: the matplotlib Figures by suffix.
+    """
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     figures: dict[str, object] = field(default_factory=dict)  # matplotlib Figures
@@ -63,7 +71,19 @@ class Outputs:
 @dataclass(frozen=True)
 class Job:
     """What a pre-step gets from its rule: named inputs and outputs (a path, or a list
-    of paths), params, wildcards and the job's threads."""
+    of paths), params, wildcards and the job's threads.
+
+    Attributes
+    ----------
+    inputs, outputs
+        Mapping: the rule's inputs and outputs by name, each a path or a list of paths.
+    params
+        Mapping: the rule's params by name.
+    wildcards
+        Mapping: the rule's wildcards by name (default empty).
+    threads
+        int: the job's threads (default 1).
+    """
 
     inputs: Mapping
     outputs: Mapping
@@ -78,7 +98,15 @@ class Job:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A registered experiment module (imported on first use)."""
+    """A registered experiment module (imported on first use).
+
+    Attributes
+    ----------
+    key
+        str: ``"E<n>"``.
+    name
+        str: the module's name after ``e<n>_``; the output stem is ``<key>_<name>``.
+    """
 
     key: str
     name: str
@@ -165,12 +193,38 @@ class Experiment:
 
 
 def zoo_scores(settings: Mapping, config: Mapping) -> tuple[str, list[str]]:
-    """``scores`` of an experiment that ranks the config's whole zoo on its partition."""
+    """``scores`` of an experiment that ranks the config's whole zoo on its partition.
+
+    Parameters
+    ----------
+    settings, config : Mapping
+        The experiment's config section (with ``partition``) and the whole config.
+
+    Returns
+    -------
+    tuple of (str, list of str)
+        ``settings["partition"]`` and the names of ``config["models"]``.
+    """
     return settings["partition"], list(config["models"])
 
 
 def check_partition(config: Mapping, where: str, name: str) -> None:
-    """For ``check``: raise unless ``name`` (at key path ``where``) is a partition."""
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a partition.
+
+    Parameters
+    ----------
+    config : Mapping
+        The whole config.
+    where : str
+        The key path that gives ``name``, for the message.
+    name : str
+        The partition's name.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a key of ``config["partitions"]``.
+    """
     if name not in config["partitions"]:
         raise ValueError(
             f"config: {where} is {name!r}, not one of partitions: {sorted(config['partitions'])}"
@@ -178,7 +232,20 @@ def check_partition(config: Mapping, where: str, name: str) -> None:
 
 
 def check_model(config: Mapping, where: str, name: str) -> None:
-    """For ``check``: raise unless ``name`` (at key path ``where``) is a model."""
+    """For ``check``: raise unless ``name`` (at key path ``where``) is a model.
+
+    Parameters
+    ----------
+    config, where : Mapping, str
+        Those of :func:`check_partition`.
+    name : str
+        The model's name.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a key of ``config["models"]``.
+    """
     if name not in config["models"]:
         raise ValueError(
             f"config: {where} {name!r} is not one of models: {sorted(config['models'])}"
@@ -186,12 +253,36 @@ def check_model(config: Mapping, where: str, name: str) -> None:
 
 
 def labelled(source: Mapping) -> bool:
-    """False where the source surely has no labels: a folder not labelled by subfolder."""
+    """False where the source surely has no labels: a folder not labelled by subfolder.
+
+    Parameters
+    ----------
+    source : Mapping
+        A data source's config: ``kind``, and ``labels_from_subfolders`` (default False).
+
+    Returns
+    -------
+    bool
+        Whether the source may have labels.
+    """
     return source["kind"] != "folder" or source.get("labels_from_subfolders", False)
 
 
 def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
-    """The tidy score table of an experiment's models, from its ``avg`` and ``all`` inputs."""
+    """The tidy score table of an experiment's models, from its ``avg`` and ``all`` inputs.
+
+    Parameters
+    ----------
+    inputs : Mapping
+        The rule's inputs: ``avg`` and ``all``, the averaged and centralized score files.
+    context : Mapping
+        The experiment's context: ``models``, the names of the models to collect.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The tidy table of :func:`~distrank.metrics.score_files.collect`.
+    """
     from distrank.metrics.score_files import collect
 
     return collect(inputs["avg"], inputs["all"], context["models"])
@@ -220,6 +311,23 @@ EXPERIMENTS = _discover()
 
 
 def get(key: str) -> Experiment:
+    """The registered experiment of key ``key``.
+
+    Parameters
+    ----------
+    key : str
+        ``"E<n>"``, a key of :data:`EXPERIMENTS`.
+
+    Returns
+    -------
+    Experiment
+        ``EXPERIMENTS[key]``.
+
+    Raises
+    ------
+    ValueError
+        If no experiment is registered under ``key``.
+    """
     if key not in EXPERIMENTS:
         raise ValueError(
             f"config: experiments.{key} is not an experiment; known: {list(EXPERIMENTS)}"
@@ -229,7 +337,20 @@ def get(key: str) -> Experiment:
 
 def run_rule(rule: str, job: Job) -> None:
     """Run the rule ``rule`` of the workflow: an experiment (its key: ``run``, then
-    ``write`` its outputs), or one of its pre-steps (``e<n>_...``: see ``STEPS``)."""
+    ``write`` its outputs), or one of its pre-steps (``e<n>_...``: see ``STEPS``).
+
+    Parameters
+    ----------
+    rule : str
+        The rule's name: an experiment's key (``"E<n>"``) or a pre-step's (``"e<n>_..."``).
+    job : Job
+        The rule's job; an experiment's reads ``settings`` and ``context`` from its params.
+
+    Raises
+    ------
+    ValueError
+        If ``rule`` is neither an experiment nor a pre-step of one.
+    """
     if rule in EXPERIMENTS:
         exp, context = EXPERIMENTS[rule], job.params["context"]
         out = exp.run(job.inputs, job.params["settings"], context)
@@ -246,7 +367,20 @@ def named_on(table: pd.DataFrame, extractor: str | None) -> pd.DataFrame:
     """``table`` with its metrics named as on ``extractor``'s features
     (:func:`~distrank.metrics.registry.display`): on Inception-v3, FD and KD columns
     (``FD_all``, ``KD_gap``) and the cells ``FD``/``KD`` (or ``fd``/``kd``) of a
-    ``metric`` column become FID and KID; on any other network ``table`` is unchanged."""
+    ``metric`` column become FID and KID; on any other network ``table`` is unchanged.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A result table.
+    extractor : str or None
+        The feature network's name (None: no renaming).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``table`` itself when nothing is renamed, else a renamed copy.
+    """
     names = {DISPLAY[k]: display(k, extractor) for k in ("fd", "kd")}
     names = {old: new for old, new in names.items() if new != old}
     if not names:

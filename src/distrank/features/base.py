@@ -64,14 +64,33 @@ _ONNX = frozenset({"efficientnet_lite0", "inception"})
 
 def register_extractor(name: str, factory: str | Callable[..., Extractor]) -> None:
     """Register a factory ``f(*, backend, device, cache_dir, **kwargs) -> Extractor``
-    under ``name``."""
+    under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The name :func:`get_extractor` will resolve.
+    factory : str or callable
+        The factory, or ``"module:attribute"`` naming it (imported on first use).
+
+    Raises
+    ------
+    ValueError
+        An extractor named ``name`` is already registered.
+    """
     if name in _REGISTRY:
         raise ValueError(f"an extractor named {name!r} is already registered")
     _REGISTRY[name] = factory
 
 
 def available_extractors() -> list[str]:
-    """Names that :func:`get_extractor` resolves."""
+    """Names that :func:`get_extractor` resolves.
+
+    Returns
+    -------
+    list of str
+        The registered names, sorted.
+    """
     return sorted(_REGISTRY)
 
 
@@ -93,18 +112,32 @@ def get_extractor(
 
     Parameters
     ----------
-    name : one of :func:`available_extractors` ("efficientnet_lite0", "inception",
-        "dinov2_vitl14", ...).
-    backend : "torch" (eager PyTorch) or "onnx" (onnxruntime on CPU, for the
+    name : str
+        One of :func:`available_extractors` ("efficientnet_lite0", the default,
+        "inception", "dinov2_vitl14", ...).
+    backend : {"torch", "onnx"}
+        "torch" (eager PyTorch, the default) or "onnx" (onnxruntime on CPU, for the
         extractors that support it: efficientnet_lite0, inception).
-    device : torch device for the torch backend; None picks CUDA when
-        available, else CPU.
-    cache_dir : the weights directory: downloaded weights and the ONNX export
+    device : str or torch.device, optional
+        Torch device for the torch backend; None picks CUDA when available, else CPU.
+    cache_dir : str, optional
+        The weights directory: downloaded weights and the ONNX export
         live here. None means ``$DISTRANK_WEIGHTS_DIR``, else
         ``$DISTRANK_CACHE_DIR/weights``, else the user's cache
         (``~/.cache/distrank/weights``; see :func:`distrank.features.weights.weights_dir`).
-    kwargs : extractor-specific options (e.g. ``num_threads`` for onnx,
+    **kwargs
+        Extractor-specific options (e.g. ``num_threads`` for onnx,
         ``offline`` for weights downloads).
+
+    Returns
+    -------
+    Extractor
+        What the name's registered factory builds.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``name`` or ``backend``.
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown extractor {name!r}; choose one of {available_extractors()}")
@@ -121,7 +154,23 @@ def extractor_from_config(features: dict, *, device=None, threads: int = 1) -> E
     """The extractor of a study config's ``features`` section (``extractor``,
     ``backend``, ``weights_dir``: null is ``$DISTRANK_WEIGHTS_DIR``, else the study's
     ``resources/weights``, :func:`~distrank.features.weights.study_weights_dir`), with
-    ``threads`` onnxruntime threads."""
+    ``threads`` onnxruntime threads.
+
+    Parameters
+    ----------
+    features : dict
+        The ``features`` section: ``extractor`` and ``backend`` (required) and
+        ``weights_dir`` (optional).
+    device : str or torch.device, optional
+        Those of :func:`get_extractor`.
+    threads : int
+        onnxruntime threads (``num_threads``) of the onnx backend; unused by torch.
+
+    Returns
+    -------
+    Extractor
+        Built by :func:`get_extractor`.
+    """
     from .weights import study_weights_dir
 
     options = {"num_threads": threads} if features["backend"] == "onnx" else {}
@@ -192,6 +241,19 @@ class Extractor(ABC):
     Subclasses set ``name``, ``dim``, ``backend``, ``device`` and
     ``preprocessing`` (a :class:`~distrank.features.preprocess.Preprocessing`
     or any object with ``to_dict()``), and implement :meth:`forward_batch`.
+
+    Attributes
+    ----------
+    name
+        str: the extractor's registered name.
+    dim
+        int: the feature dimension d.
+    backend
+        str: "torch" or "onnx".
+    device
+        torch.device: where the network runs.
+    default_batch_size
+        int: images per forward pass when none is given; 64 unless a subclass sets it.
     """
 
     name: str
@@ -242,6 +304,24 @@ class Extractor(ABC):
         ``batch_size`` (default ``default_batch_size``) changes only speed and
         memory, not the features (beyond float rounding in the backend).
         ``desc`` names the step on the progress bar (default: the extractor's name).
+
+        Parameters
+        ----------
+        images : numpy.ndarray of uint8, shape (N, H, W, C)
+            The images, C = 1 or 3.
+        batch_size : int, optional
+            Images per forward pass, positive.
+        desc : str, optional
+            The progress bar's label.
+
+        Returns
+        -------
+        numpy.ndarray of float32, shape (N, dim)
+
+        Raises
+        ------
+        ValueError
+            A ``batch_size`` that is not a positive integer.
         """
         images = check_images(images)
         batch_size = self._check_batch_size(batch_size)
@@ -255,7 +335,18 @@ class Extractor(ABC):
 
     def extract_batches(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """Features of each uint8 NHWC batch of an iterable (e.g. a DataLoader decoding
-        in workers)."""
+        in workers).
+
+        Parameters
+        ----------
+        batches : iterable of numpy.ndarray or torch.Tensor of uint8, each shape (n, H, W, C)
+            The batches, read one at a time.
+
+        Yields
+        ------
+        numpy.ndarray of float32, shape (n, dim)
+            The features of each batch, in order.
+        """
         torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
         for batch in batches:
             if torch is not None and isinstance(batch, torch.Tensor):

@@ -164,6 +164,32 @@ def extract_to_file(
     ``images_npz`` holds ``images`` uint8 (N, H, W, C) and optionally ``labels``,
     which are copied. ``batch_size`` affects speed and memory only and is not
     recorded.
+
+    Parameters
+    ----------
+    images_npz : str or os.PathLike
+        The image file: ``images`` uint8 (N, H, W, C), C = 1 or 3, optionally ``labels``.
+    out_npz : str or os.PathLike
+        The feature file; its sidecar is ``<out_npz>.meta.json`` (:func:`meta_path`).
+    extractor : Extractor
+        The feature network (:func:`~distrank.features.get_extractor`).
+    batch_size : int, optional
+        Images per forward pass (None: the extractor's default).
+    extra_meta : dict, optional
+        JSON values recorded in the sidecar beside the extractor's metadata.
+
+    Returns
+    -------
+    dict
+        The metadata written to the sidecar, after a JSON round trip.
+
+    Raises
+    ------
+    ValueError
+        ``images_npz`` has no ``images`` array of uint8 (N, H, W, C), C = 1 or 3, or
+        ``extra_meta`` sets a reserved key (``format``, ``extractor``, ``n``, ...).
+    RuntimeError
+        The image file changed while being read, or the extractor returned another shape or dtype.
     """
     images_npz, out_npz = Path(images_npz), Path(out_npz)
     meta = requested_metadata(images_npz, extractor, extra_meta)
@@ -302,6 +328,24 @@ def cached_features(
 
     Returns the float32 (N, d) features; the file and sidecar are (re)written
     whenever they are missing, unreadable or describe anything else.
+
+    Parameters
+    ----------
+    images_npz, out_npz, extractor, batch_size, extra_meta
+        Those of :func:`extract_to_file`.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (N, d)
+        The ``features`` array of ``out_npz``.
+
+    Raises
+    ------
+    ValueError
+        ``images_npz`` has no ``images`` array of uint8 (N, H, W, C), C = 1 or 3, or
+        ``extra_meta`` sets a reserved key (``format``, ``extractor``, ``n``, ...).
+    RuntimeError
+        The image file changed while being read, or the extractor returned another shape or dtype.
     """
     images_npz, out_npz = Path(images_npz), Path(out_npz)
     wanted = requested_metadata(images_npz, extractor, extra_meta)

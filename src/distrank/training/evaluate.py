@@ -22,12 +22,31 @@ __all__ = ["checkpoint_features", "load_bundle", "save_bundle"]
 
 
 def save_bundle(path, checkpoints: Mapping[str, dict]) -> None:
-    """Write ``{model name: zoo state}`` atomically."""
+    """Write ``{model name: zoo state}`` atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The bundle file (:func:`distrank.zoo.save_state`).
+    checkpoints : mapping of str to dict
+        Model name -> zoo state, as :func:`distrank.zoo.sample` reads it.
+    """
     save_state(path, {"checkpoints": dict(checkpoints)})
 
 
 def load_bundle(path) -> dict[str, dict]:
-    """The ``{model name: zoo state}`` of :func:`save_bundle`."""
+    """The ``{model name: zoo state}`` of :func:`save_bundle`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A bundle file written by :func:`save_bundle`.
+
+    Returns
+    -------
+    dict of str to dict
+        Model name -> zoo state (tensors on the CPU; :func:`distrank.zoo.load_state`).
+    """
     return load_state(path)["checkpoints"]
 
 
@@ -55,6 +74,30 @@ def checkpoint_features(
     ``features`` maps each model name to its feature file; the images go to
     ``image_dir/model_<name>.npz``. ``extractor`` is the study's feature extractor
     (:func:`distrank.features.get_extractor`).
+
+    Parameters
+    ----------
+    checkpoints : mapping of str to dict
+        Model name -> zoo state (:func:`load_bundle`).
+    features : mapping of str to str
+        Model name -> its feature file; every name must be in ``checkpoints``.
+    extractor : Extractor
+        The feature network.
+    n : int
+        Images sampled per checkpoint.
+    seed : int
+        The sampling seed, the same for every checkpoint (the same latents).
+    image_dir : str or os.PathLike
+        Folder of the sampled images.
+    batch_size : int, optional
+        Images per forward pass (None: the extractor's default).
+    threads : int
+        CPU threads of the sampling (:func:`distrank.zoo.sample`).
+
+    Raises
+    ------
+    ValueError
+        ``features`` names a model that ``checkpoints`` lacks.
     """
     from distrank.features.cache import extract_to_file
 

@@ -144,24 +144,44 @@ def train_cgan_fedavg(
 
     Parameters
     ----------
-    shards : the clients' images and labels (:func:`~distrank.training.federated.client_shards`).
-    seed : seeds the initial networks (``training_session(seed)``) and every client's
+    shards : sequence of Shard
+        The clients' images and labels
+        (:func:`~distrank.training.federated.client_shards`).
+    seed : int
+        Seeds the initial networks (``training_session(seed)``) and every client's
         stream (:func:`~distrank.training.federated.client_seed`).
-    rounds, local_steps : communication rounds; steps per client per round.
-    checkpoint_dir : the job's :class:`~distrank.training.resume.Checkpoints` folder
+    rounds, local_steps : int
+        Communication rounds; steps per client per round.
+    checkpoint_dir : str or os.PathLike
+        The job's :class:`~distrank.training.resume.Checkpoints` folder
         (outside its Snakemake outputs); a rerun resumes after the last round saved.
-    batch_size, z_dim, width, lr_g, lr_d : as in :func:`distrank.zoo.cgan.train_cgan`
-        (None: its defaults, :func:`zoo_defaults`); ``batch_size`` may not exceed the
-        smallest shard.
-    n_classes : default ``max label + 1`` over all shards.
-    server_momentum : FedAvgM's velocity decay in [0, 1) (0: plain FedAvg; module doc).
-    threads, device : intra-op CPU threads; torch device (None: CUDA when available).
+    batch_size, z_dim, width : int, optional
+        As in :func:`distrank.zoo.cgan.train_cgan` (None: its defaults,
+        :func:`zoo_defaults`); ``batch_size`` may not exceed the smallest shard.
+    lr_g, lr_d : float, optional
+        Likewise: the generator's and the discriminator's Adam learning rates.
+    n_classes : int, optional
+        Default ``max label + 1`` over all shards.
+    server_momentum : float
+        FedAvgM's velocity decay in [0, 1) (0: plain FedAvg; module doc).
+    threads : int
+        Intra-op CPU threads.
+    device : str or torch.device, optional
+        Torch device (None: CUDA when available).
+    desc : str
+        Label of the progress bar and the log lines.
 
     Returns
     -------
     list of dict
         One zoo state per round (``family="cgan"``, ``config``, ``generator``,
         ``history``, ``round``), as :func:`distrank.zoo.sample` reads it.
+
+    Raises
+    ------
+    ValueError
+        No shards, a shard smaller than ``batch_size``, labels outside
+        ``0..n_classes-1``, or ``server_momentum`` outside [0, 1).
     """
     given = {"batch_size": batch_size, "z_dim": z_dim, "width": width, "lr_g": lr_g, "lr_d": lr_d}
     settings = zoo_defaults() | {k: v for k, v in given.items() if v is not None}
@@ -320,7 +340,23 @@ def _save_round(store: Checkpoints, r: int, config, networks, clients, history):
 
 def train_cgan_central(shards: Sequence[Shard], *, local_steps: int, **kwargs) -> list[dict]:
     """The central baseline of :func:`train_cgan_fedavg` (same arguments): the shards
-    pooled into one client that runs ``len(shards) * local_steps`` steps per round."""
+    pooled into one client that runs ``len(shards) * local_steps`` steps per round.
+
+    Parameters
+    ----------
+    shards : sequence of Shard
+        The clients' images and labels, pooled in order.
+    local_steps : int
+        Steps per client per round of the federation it matches.
+    **kwargs
+        Those of :func:`train_cgan_fedavg`; ``desc`` defaults to "central cgan", and
+        ``server_momentum`` is dropped (one client).
+
+    Returns
+    -------
+    list of dict
+        One zoo state per round, as :func:`train_cgan_fedavg` returns them.
+    """
     if not shards:
         raise ValueError("shards: expected at least one client")
     pool = Shard(

@@ -48,7 +48,27 @@ class Shard:
 
 def client_shards(images, labels, clients) -> list[Shard]:
     """The rows of each client ``0..k-1`` (``clients`` holds each row's client, as
-    :func:`distrank.clients.partition` returns it; ``UNASSIGNED`` rows are left out)."""
+    :func:`distrank.clients.partition` returns it; ``UNASSIGNED`` rows are left out).
+
+    Parameters
+    ----------
+    images : array_like, shape (N, H, W)
+        The training images (uint8, as a ``Shard`` holds them).
+    labels : array_like of int, shape (N,)
+        Their class labels.
+    clients : array_like of int, shape (N,)
+        Each row's client, in 0..k-1 or ``UNASSIGNED``.
+
+    Returns
+    -------
+    list of Shard, length k
+        Client c's images and labels (int64), in their original order.
+
+    Raises
+    ------
+    ValueError
+        Lengths that differ, or client ids that are not 0..k-1.
+    """
     images, labels, clients = np.asarray(images), np.asarray(labels), np.asarray(clients)
     if not (len(images) == len(labels) == len(clients)):
         raise ValueError(
@@ -74,6 +94,24 @@ def average_states(states: Sequence[Mapping[str, torch.Tensor]], weights) -> dic
     Sums are formed in float64 in client order and cast back, so the result does not
     depend on the device's reduction order. Integer tensors (BatchNorm's
     ``num_batches_tracked``) must be equal in every state and are kept.
+
+    Parameters
+    ----------
+    states : sequence of mapping of str to torch.Tensor
+        The clients' ``state_dict()``, at least one, with the same keys in the same order.
+    weights : array_like, shape (k,)
+        One weight per state (FedAvg: lambda_i = n_i / n), used as given.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        Each key's average in its dtype (an integer tensor: a copy of the first's).
+
+    Raises
+    ------
+    ValueError
+        Weights that do not match the states, keys that differ, or integer tensors that
+        disagree.
     """
     weights = np.asarray(weights, dtype=np.float64)
     if len(states) != len(weights) or not len(states):

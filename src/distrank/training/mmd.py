@@ -84,6 +84,18 @@ class Lite0Embedding(nn.Module):
     applied to float images, i.e. without the rounding to uint8 that saved samples get.
     The network is built for ``resolution`` (its "same" padding depends on it; None: the
     feature step's, :data:`distrank.features.efficientnet.DEFAULT_RESOLUTION`).
+
+    Parameters
+    ----------
+    resolution : int, optional
+        Input size in px, at least 8.
+
+    Attributes
+    ----------
+    resolution
+        int: the input size in px.
+    net
+        torch.nn.Module: the pooled Lite0, frozen, in eval mode.
     """
 
     def __init__(self, resolution: int | None = None):
@@ -145,6 +157,21 @@ def feature_gradient(y: torch.Tensor, objectives: Sequence[KDObjective], weights
     batch's features alone; the server sums them. With one objective on the pooled
     reference and weight 1 it is the central gradient; with the clients' objectives and
     :math:`\lambda_i = n_i/n` it equals that (Theorem 1), to float64 rounding.
+
+    Parameters
+    ----------
+    y : torch.Tensor, shape (m, d)
+        The shared batch's features.
+    objectives : sequence of KDObjective
+        One per client (or one on the pool); each one's pooled KD, ``objective(y)[1]``,
+        is differentiated.
+    weights : array_like, shape (k,)
+        One weight per objective.
+
+    Returns
+    -------
+    torch.Tensor of float64, shape (m, d)
+        The weighted sum of the gradients, on ``y``'s device.
     """
     weights = np.asarray(weights, dtype=np.float64)
     if len(weights) != len(objectives):
@@ -189,20 +216,35 @@ def finetune_mmd(
 
     Parameters
     ----------
-    state : a trained zoo cGAN state (:func:`distrank.zoo.cgan.train_cgan`).
-    reference, clients : the embedded reference (n, d) (:func:`embed_reference`) and
-        each row's client ``0..k-1``; a client's loss sees its own rows only.
-    method : one of :data:`METHODS`.
-    kernel : the fixed kernel of the loss (bandwidth chosen once, before training).
-    embedding : the fixed differentiable embedding phi (e.g. :class:`Lite0Embedding`).
-    seed : seeds the latent batches (:func:`latent_batches`); the same for every method.
-    steps, batch_size, lr : generator steps T, batch size, Adam's learning rate
-        (betas 0, 0.9, as the zoo's generator).
-    eval_every : steps between checkpoints (a multiple of ``local_steps`` for fedavg).
-    checkpoint_dir : the job's :class:`~distrank.training.resume.Checkpoints` folder
+    state : dict
+        A trained zoo cGAN state (:func:`distrank.zoo.cgan.train_cgan`).
+    reference : torch.Tensor, shape (n, d)
+        The embedded reference (:func:`embed_reference`).
+    clients : array_like of int, shape (n,)
+        Each row's client ``0..k-1``; a client's loss sees its own rows only.
+    method : str
+        One of :data:`METHODS`.
+    kernel : Kernel
+        The fixed kernel of the loss (bandwidth chosen once, before training).
+    embedding : torch.nn.Module
+        The fixed differentiable embedding phi (e.g. :class:`Lite0Embedding`).
+    seed : int
+        Seeds the latent batches (:func:`latent_batches`); the same for every method.
+    steps, batch_size : int
+        Generator steps T (a multiple of ``eval_every``); batch size.
+    lr : float
+        Adam's learning rate (betas 0, 0.9, as the zoo's generator).
+    eval_every : int
+        Steps between checkpoints (a multiple of ``local_steps`` for fedavg).
+    checkpoint_dir : str or os.PathLike
+        The job's :class:`~distrank.training.resume.Checkpoints` folder
         (outside its Snakemake outputs); a rerun resumes after the last checkpoint.
-    local_steps : fedavg's steps per client per round.
-    threads, device : intra-op CPU threads; torch device (None: CUDA when available).
+    local_steps : int
+        fedavg's steps per client per round.
+    threads : int
+        Intra-op CPU threads.
+    device : str or torch.device, optional
+        Torch device (None: CUDA when available).
 
     Returns
     -------

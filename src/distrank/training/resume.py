@@ -43,6 +43,18 @@ class Checkpoints:
     ``fingerprint`` is a JSON-serialisable mapping of everything that determines the
     training (settings, seed, data digest); a folder with another fingerprint is
     cleared.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The folder, created if needed.
+    fingerprint : Mapping
+        As above; stored in ``fingerprint.json``.
+
+    Attributes
+    ----------
+    directory
+        pathlib.Path: the folder.
     """
 
     def __init__(self, directory, fingerprint: Mapping):

@@ -63,7 +63,22 @@ KNOBS = {
 
 
 def check_knob(kind: str, knob: str, where: str) -> None:
-    """ValueError naming ``where`` unless ``knob`` is one of a ``kind`` model's knobs."""
+    """ValueError naming ``where`` unless ``knob`` is one of a ``kind`` model's knobs.
+
+    Parameters
+    ----------
+    kind : str
+        The model's kind (a key of :data:`KNOBS`; another kind has no knobs).
+    knob : str
+        The knob to check.
+    where : str
+        Where it was set, e.g. the config key, to begin the error message.
+
+    Raises
+    ------
+    ValueError
+        ``knob`` is not in ``KNOBS[kind]``.
+    """
     if knob not in KNOBS.get(kind, ()):
         raise ValueError(
             f"{where}: a {kind} model has no knob {knob!r}; its knobs: {list(KNOBS.get(kind, ()))}"
@@ -76,13 +91,62 @@ CHECKPOINT_CHUNK = 1000
 
 
 def train(family: str, images, labels, *, seed: int, **params) -> dict:
-    """Train a model of ``family`` (``"cgan"`` or ``"vae"``); returns its state."""
+    """Train a model of ``family``; returns its state.
+
+    Parameters
+    ----------
+    family : str
+        One of :data:`FAMILIES`: ``"cgan"``, ``"vae"``, ``"diffusion"``.
+    images : numpy.ndarray of uint8, shape (N, H, W)
+        The training images.
+    labels : array_like of int, shape (N,)
+        The class of each image.
+    seed : int
+        Seed of the training.
+    **params
+        The family trainer's options (:func:`~distrank.zoo.cgan.train_cgan`,
+        :func:`~distrank.zoo.vae.train_vae`, :func:`~distrank.zoo.diffusion.train_diffusion`).
+
+    Returns
+    -------
+    dict
+        The state: ``family``, ``config``, ``generator`` (tensors), ``history``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``family``.
+    """
     return getattr(_module(family), f"train_{family}")(images, labels, seed=seed, **params)
 
 
 def sample(state: dict, n: int, *, seed: int, **knobs):
     """Draw ``n`` samples from a trained state; ``knobs`` are the family's (truncation,
-    temperature, labels). Returns (images uint8 (n, H, W), labels int64 (n,))."""
+    temperature, labels). Returns (images uint8 (n, H, W), labels int64 (n,)).
+
+    Parameters
+    ----------
+    state : dict
+        A trained state (:func:`train`, :func:`load_state`); its ``family`` picks the
+        sampler.
+    n : int
+        Number of samples.
+    seed : int
+        Seed of the sampling.
+    **knobs
+        The family sampler's options (:func:`~distrank.zoo.cgan.sample_cgan`,
+        :func:`~distrank.zoo.vae.sample_vae`, :func:`~distrank.zoo.diffusion.sample_diffusion`).
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (n, H, W)
+    labels : numpy.ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        A state whose ``family`` is not one of :data:`FAMILIES`.
+    """
     family = state.get("family")
     return getattr(_module(family), f"sample_{family}")(state, n, seed=seed, **knobs)
 
@@ -117,6 +181,44 @@ def make_images(
     and ``code`` (a published network pickle and its upstream source); ``paths``
     locate an ``images`` source (``artifact -> path``). ``sampling`` goes to a family's
     sampler (``labels``, ``threads``). Returns (images uint8, labels or None).
+
+    Parameters
+    ----------
+    spec : dict
+        The model's entry: ``kind`` (one of :data:`KINDS`) and its knobs or options.
+    n : int
+        Number of images (the held-out kinds ignore it: they keep the held-out count).
+    seed : int
+        Seed of the sampling, the degradation or the checkpoint's latents.
+    inputs : dict
+        The files the kind reads (above).
+    paths : dict, optional
+        Artifact name -> local path, for an ``images`` kind's source.
+    batch_size : int
+        Images per forward pass of a ``checkpoint`` network.
+    device : str, optional
+        Where a ``checkpoint`` network runs (None: CUDA when available).
+    trust_pickles : bool
+        Must be True for a ``checkpoint``: loading its pickle executes code.
+    workers : int
+        Processes that decode an ``images`` source.
+    name : str
+        The model's name, in error messages.
+    state : dict, optional
+        A family's loaded state, used instead of reading ``inputs["state"]``.
+    **sampling
+        Passed to a family's sampler.
+
+    Returns
+    -------
+    images : numpy.ndarray of uint8, shape (m, H, W) or (m, H, W, C)
+        m = n, but the held-out kinds' m is the held-out file's row count.
+    labels : numpy.ndarray of int, shape (m,), or None
+
+    Raises
+    ------
+    ValueError
+        An unknown ``kind``, or an ``images`` source with fewer than ``n`` images.
     """
     spec = dict(spec)
     kind = spec.pop("kind")
@@ -201,7 +303,15 @@ def _module(family):
 
 
 def save_state(path, state: dict) -> None:
-    """Write a model state with ``torch.save`` (atomically)."""
+    """Write a model state with ``torch.save`` (atomically).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    state : dict
+        The state (:func:`train`).
+    """
     import torch
 
     with atomic_open(path) as handle:
@@ -209,7 +319,18 @@ def save_state(path, state: dict) -> None:
 
 
 def load_state(path) -> dict:
-    """Read a state written by :func:`save_state`; tensors only, no code is unpickled."""
+    """Read a state written by :func:`save_state`; tensors only, no code is unpickled.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The state file.
+
+    Returns
+    -------
+    dict
+        The state, its tensors on the CPU.
+    """
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=True)
@@ -221,6 +342,19 @@ def torch_session(seed: int, threads: int = 2):
 
     Inside: the global RNG is seeded with ``seed`` (and restored afterwards), at most
     ``threads`` intra-op threads are used, and deterministic algorithms are enforced.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of torch's global RNG inside.
+    threads : int
+        Most intra-op threads inside (never more than already set, at least 1).
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A context manager (yielding None); thread count and determinism are restored
+        on exit.
     """
     import torch
 

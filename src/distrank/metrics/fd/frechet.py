@@ -283,11 +283,8 @@ def frechet_distances(
 
     Parameters
     ----------
-    references : sequence of GaussianStats, length R
-    models : sequence of GaussianStats, length M
-        All of one dimension d.
-    device : str or torch.device, optional
-        Where the products run (None: CUDA if available, else the CPU).
+    references, models, device
+        Those of :func:`frechet_terms`.
 
     Returns
     -------

@@ -407,12 +407,8 @@ def kernel_distance(
         ``{"bandwidth": h}``.
     estimator : {"unbiased", "biased"}
         The U-statistic needs n, m >= 2.
-    dtype : {"float32", "float64"}
-        Of the kernel blocks; their sums are float64.
-    device : str or torch.device, optional
-        Where the products run (None: CUDA if available, else the CPU).
-    block_size : int, optional
-        Rows of one product block (None: 64 MiB blocks).
+    dtype, device, block_size
+        Those of :func:`kernel_sums`.
 
     Returns
     -------
