@@ -337,15 +337,8 @@ def cached_features(
     Returns
     -------
     numpy.ndarray of float32, shape (N, d)
-        The ``features`` array of ``out_npz``.
-
-    Raises
-    ------
-    ValueError
-        ``images_npz`` has no ``images`` array of uint8 (N, H, W, C), C = 1 or 3, or
-        ``extra_meta`` sets a reserved key (``format``, ``extractor``, ``n``, ...).
-    RuntimeError
-        The image file changed while being read, or the extractor returned another shape or dtype.
+        The ``features`` array of ``out_npz``; the errors are those of
+        :func:`extract_to_file`.
     """
     images_npz, out_npz = Path(images_npz), Path(out_npz)
     wanted = requested_metadata(images_npz, extractor, extra_meta)
