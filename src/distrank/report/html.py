@@ -56,6 +56,7 @@ from distrank.metrics.table import COLUMNS, check, flipped_pairs, per_metric
 from distrank.report.client_sections import agrees, client_only_section, clients_section
 from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
 from distrank.report.privacy import (
+    noisy_metric,
     privacy_facts,
     privacy_section,
     private_values_section,
@@ -166,7 +167,7 @@ def _values_section(scores, name, meta) -> str:
         for m, w in by_metric.items()
         for agg in ("all", "avg")
     }
-    noisy = (meta.get("confidence") or {}).get("metric")  # a private ranking's metric
+    noisy = noisy_metric(meta)
     for agg in ("all", "avg"):  # models its noise does not separate tie
         if noisy in by_metric:
             ranks[(noisy, agg)] |= tied_ranks(meta, agg)
@@ -202,7 +203,7 @@ def _values_section(scores, name, meta) -> str:
 
 
 def _consistency_section(scores, meta, name) -> str:
-    rows, noisy = [], (meta.get("confidence") or {}).get("metric") if unresolved(meta) else None
+    rows, noisy = [], noisy_metric(meta) if unresolved(meta) else None
     for r in consistency(scores, meta).itertuples():
         verdict_class = "ok" if r.verdict in ("safe", "exact") else "warn"
         if r.metric == noisy:  # the noise, not the averaging, decides

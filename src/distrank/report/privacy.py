@@ -10,6 +10,11 @@ from collections.abc import Mapping
 from distrank.report.markup import esc, num, section
 
 
+def noisy_metric(meta: Mapping) -> str | None:
+    """The metric whose ranking carries noise (the metadata's confidence), or None."""
+    return (meta.get("confidence") or {}).get("metric")
+
+
 def unresolved(meta: Mapping) -> dict[str, list[dict]]:
     """aggregation -> the adjacent pairs of the confidence table not resolved at its level."""
     pairs = (meta.get("confidence") or {}).get("pairs") or []
