@@ -116,3 +116,43 @@ def test_a_failing_torch_child_says_why():
         match=r"(?s)torch child process \(distrank:nonsense\) exited 1:.*AttributeError",
     ):
         run("distrank:nonsense")
+
+
+GPU_PAGES = """
+import json, re, sys
+import torch
+from distrank.features.torch_child import _GPU_LIBRARY, release_gpu_libraries
+
+def resident():
+    kb, name = {"gpu": 0, "other": 0}, ""
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if "-" in head[0] and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else ""
+        elif head[0] == "Rss:":
+            kb["gpu" if _GPU_LIBRARY.search(name) else "other"] += int(head[1])
+    return kb
+
+before = resident()
+advised = release_gpu_libraries()
+print(json.dumps({"before": before, "after": resident(), "advised": advised}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
+def test_the_torch_child_drops_the_cuda_libraries_clean_pages():
+    """A process that imported a CUDA build of torch holds ~160 MB of the CUDA libraries'
+    pages (cuBLASLt's most); :func:`release_gpu_libraries` drops those that equal their
+    files (all but the ~20 MB of relocated data) and nothing else: the pages of every
+    other mapping stay."""
+    got = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", GPU_PAGES], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    before, after = got["before"], got["after"]
+    if before["gpu"] < 10_000:
+        pytest.skip("this torch maps no CUDA libraries (a CPU build)")
+    assert got["advised"] > 0
+    assert after["gpu"] < before["gpu"] / 5, got
+    assert after["other"] >= 0.9 * before["other"], got
