@@ -5,7 +5,7 @@ from distrank.experiments.e1_kd_consistency import across_networks, read_per_mod
 from distrank.tables import write_table
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     table = across_networks(
         read_per_model(sm.input.default), read_per_model(sm.input.study), sm.params.extractors
     )

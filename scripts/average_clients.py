@@ -5,6 +5,6 @@ from distrank.metrics.registry import load_plugins
 from distrank.metrics.score_files import average_client_files
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     load_plugins(sm.config["plugins"])  # the config's own metrics, registered
     average_client_files(sm.input, sm.output[0], weights=sm.params.weights)

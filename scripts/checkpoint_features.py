@@ -5,7 +5,7 @@ from distrank.features import extractor_from_config
 from distrank.training.evaluate import checkpoint_features, load_checkpoints
 
 sm, cfg = snakemake, snakemake.params.features  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     checkpoint_features(
         load_checkpoints(dict(sm.input.items()), sm.params.models),
         dict(zip(sm.params.models, sm.output)),

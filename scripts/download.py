@@ -5,7 +5,7 @@ from distrank._io import logged
 from distrank.data.download import fetch
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     entry = sm.params.entry
     fetch(
         entry["url"],

@@ -6,7 +6,7 @@ from distrank._io import logged
 from distrank.metrics.registry import load_plugins
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     load_plugins(sm.config["plugins"])  # the config's own metrics, registered
     job = experiments.Job(
         dict(sm.input.items()),

@@ -4,7 +4,7 @@ from distrank import zoo
 from distrank._io import logged
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     zoo.write_images(
         sm.output[0],
         sm.params.spec,

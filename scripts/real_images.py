@@ -5,7 +5,7 @@ from distrank._io import logged
 from distrank.data.subsets import save_real_subset
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     save_real_subset(
         sm.output[0],
         sm.params.spec,

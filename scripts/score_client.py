@@ -5,7 +5,7 @@ from distrank.metrics.registry import load_plugins
 from distrank.metrics.score_files import score_client_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     load_plugins(sm.config["plugins"])  # the config's own metrics, registered
     score_client_file(
         sm.input.client,

@@ -5,7 +5,7 @@ from distrank._io import logged
 from distrank.data.images import load_images
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     images, labels = load_images(sm.input[0])
     state = zoo.train(
         sm.params.family,

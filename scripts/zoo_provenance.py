@@ -4,7 +4,7 @@ from distrank._io import logged, write_json
 from distrank.zoo.pretrained import job_provenance
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
-with logged(sm.log[0]):
+with logged(sm.log[0], cost=sm.log.get("cost")):
     record = job_provenance(
         sm.input.state,
         sm.input.images,

@@ -118,9 +118,71 @@ def read_json(path: str | os.PathLike):
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
+#: The columns of a job's cost file: those of a Snakemake benchmark file that it fills.
+COST_COLUMNS = ("s", "h:m:s", "max_rss", "cpu_time")
+
+
+def process_cost() -> dict[str, float]:
+    """This process's cost so far, from the operating system's own accounting: ``s``, the
+    wall seconds since it started; ``cpu_time``, the user + system seconds of it and of
+    the children it waited for; ``max_rss``, the peak resident memory (MB) of it or of
+    its largest such child."""
+    import resource
+
+    times = os.times()
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes there, KB here
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    return {
+        "s": _age(),
+        "cpu_time": times.user + times.system + times.children_user + times.children_system,
+        "max_rss": max(resource.getrusage(w).ru_maxrss for w in who) * scale / 2**20,
+    }
+
+
+def _age() -> float:
+    """Seconds since this process started: to 10 ms from /proc (its start and the uptime,
+    both counted from boot), else psutil (Snakemake's dependency)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            return float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        import time
+
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
+
+
+def write_cost(path: str | os.PathLike) -> None:
+    """Write :func:`process_cost` to ``path`` as a one-row benchmark file (tab-separated,
+    Snakemake's column names): a pipeline job's cost, exact where Snakemake's
+    ``benchmark:`` directive samples the job's processes (every 0.5 s, then every 30 s,
+    walking their memory maps: seconds of the scheduler's CPU per job, and a peak or the
+    last seconds of CPU missed between two samples)."""
+    cost = process_cost()
+    minutes, seconds = divmod(int(cost["s"]), 60)
+    row = [f"{cost['s']:.4f}", f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"]
+    row += [f"{cost['max_rss']:.2f}", f"{cost['cpu_time']:.2f}"]
+    with atomic_open(path, "w") as handle:
+        handle.write("\t".join(COST_COLUMNS) + "\n" + "\t".join(row) + "\n")
+
+
 @contextlib.contextmanager
-def logged(log_path: str | os.PathLike | None):
-    """Send a pipeline job's stdout, stderr and logging records to its log file."""
+def logged(log_path: str | os.PathLike | None, cost: str | os.PathLike | None = None):
+    """Send a pipeline job's stdout, stderr and logging records to its log file and, where
+    ``cost`` names a file, write the job's cost there once it succeeds
+    (:func:`write_cost`; a failed job leaves none)."""
+    if cost is not None:
+        Path(cost).unlink(missing_ok=True)
+    with _to_log(log_path):
+        yield
+    if cost is not None:
+        write_cost(cost)
+
+
+@contextlib.contextmanager
+def _to_log(log_path: str | os.PathLike | None):
     if log_path is None:
         yield
         return

@@ -47,7 +47,7 @@ def test_repeats_are_averaged_and_other_files_refused(tmp_path):
     assert twice.wall == pytest.approx((45.12 + 7.90) / 2)
     assert twice.cpu == pytest.approx((4.02 + 2.46) / 2)
     (tmp_path / "log.tsv").write_text("a\tb\n1\t2\n")
-    with pytest.raises(ValueError, match="not a Snakemake benchmark file"):
+    with pytest.raises(ValueError, match="not a benchmark file"):
         cost.read_benchmark(tmp_path / "log.tsv")
 
 

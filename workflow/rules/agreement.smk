@@ -22,8 +22,7 @@ for _family, _stem in AGREEMENT_FAMILIES.items():
             ),
         log:
             f"{LOGS}/{_key}.log",
-        benchmark:
-            f"{BENCH}/{_key}.tsv"
+            cost=f"{BENCH}/{_key}.tsv",
         conda:
             "../../envs/core.yaml"
         threads: res(_key, "threads")

@@ -8,8 +8,7 @@ rule partition:
         f"{RESULTS}/clients/{{partition}}/manifest.csv",
     log:
         f"{LOGS}/partition/{{partition}}.log",
-    benchmark:
-        f"{BENCH}/partition/{{partition}}.tsv"
+        cost=f"{BENCH}/partition/{{partition}}.tsv",
     conda:
         "../../envs/core.yaml"
     resources:
@@ -30,6 +29,7 @@ rule client_data:
         f"{RESULTS}/clients/{{partition}}/{{client}}.npz",
     log:
         f"{LOGS}/client_data/{{partition}}/{{client}}.log",
+        cost=f"{BENCH}/client_data/{{partition}}/{{client}}.tsv",
     conda:
         "../../envs/core.yaml"
     resources:

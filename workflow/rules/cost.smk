@@ -1,6 +1,10 @@
-# What the study cost, measured by the pipeline itself: every job's benchmark file
-# read into results/<study>/cost.md and cost.csv (per rule wall, CPU and peak memory,
-# the critical path, the totals, the machine named; distrank.experiments.cost).
+# What the study cost, measured by the pipeline itself: every job writes its own cost
+# (its log named `cost`, a one-row benchmark file: wall, CPU and peak memory from the
+# operating system's accounting, distrank._io.write_cost), read into results/<study>/
+# cost.md and cost.csv (per rule, the critical path, the totals, the machine named;
+# distrank.experiments.cost). Snakemake's `benchmark:` directive is not used: its
+# sampling walks every job's memory maps every 0.5 s, then every 30 s, which cost the
+# default study about 8 % of its CPU, and it misses what happens between two samples.
 # Included last: its input is every target of the study, so it runs after them all.
 
 
@@ -8,11 +12,11 @@ localrules:
     cost,
 
 
-# Per rule that keeps a benchmark file, its pattern and its log's (the job's wildcards).
+# Per rule that keeps a cost file, its pattern and its log's (the job's wildcards).
 COST_PATTERNS = {
-    r.name: {"benchmark": str(r.benchmark), "log": str(r.log[0]) if r.log else ""}
+    r.name: {"benchmark": str(r.log.get("cost")), "log": str(r.log[0])}
     for r in workflow.rules
-    if r.benchmark
+    if r.log.get("cost")
 }
 COST_TARGETS = [*all_outputs(), *STUDY_TARGETS]
 

@@ -8,8 +8,7 @@ rule real_images:
         f"{RESULTS}/images/{{subset}}.npz",
     log:
         f"{LOGS}/real_images/{{subset}}.log",
-    benchmark:
-        f"{BENCH}/real_images/{{subset}}.tsv"
+        cost=f"{BENCH}/real_images/{{subset}}.tsv",
     wildcard_constraints:
         subset="reference|heldout",
     conda:

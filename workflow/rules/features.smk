@@ -8,8 +8,7 @@ rule extract_features:
         f"{RESULTS}/features/{{name}}.npz",
     log:
         f"{LOGS}/extract_features/{{name}}.log",
-    benchmark:
-        f"{BENCH}/extract_features/{{name}}.tsv"
+        cost=f"{BENCH}/extract_features/{{name}}.tsv",
     wildcard_constraints:
         name=f"reference|heldout|model_({one_of(MODELS)})",  # image models only
     conda:

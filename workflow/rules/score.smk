@@ -13,8 +13,7 @@ rule score_client:
         f"{RESULTS}/scores/{{partition}}/clients/{{client}}.json",
     log:
         f"{LOGS}/score_client/{{partition}}/{{client}}.log",
-    benchmark:
-        f"{BENCH}/score_client/{{partition}}/{{client}}.tsv"
+        cost=f"{BENCH}/score_client/{{partition}}/{{client}}.tsv",
     conda:
         "../../envs/core.yaml"
     resources:
@@ -34,6 +33,7 @@ rule average_clients:
         f"{RESULTS}/scores/{{partition}}/avg.json",
     log:
         f"{LOGS}/average_clients/{{partition}}.log",
+        cost=f"{BENCH}/average_clients/{{partition}}.tsv",
     conda:
         "../../envs/core.yaml"
     params:
@@ -51,8 +51,7 @@ rule score_all_centralized:
         f"{RESULTS}/scores/{{partition}}/all_centralized.json",
     log:
         f"{LOGS}/score_all_centralized/{{partition}}.log",
-    benchmark:
-        f"{BENCH}/score_all_centralized/{{partition}}.tsv"
+        cost=f"{BENCH}/score_all_centralized/{{partition}}.tsv",
     conda:
         "../../envs/core.yaml"
     resources:

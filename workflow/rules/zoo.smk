@@ -10,8 +10,7 @@ rule train_generator:
         f"{RESULTS}/zoo/{{family}}.pt",
     log:
         f"{LOGS}/train_generator/{{family}}.log",
-    benchmark:
-        f"{BENCH}/train_generator/{{family}}.tsv"
+        cost=f"{BENCH}/train_generator/{{family}}.tsv",
     wildcard_constraints:
         family=one_of(ZOO_TRAINED),
     conda:
@@ -40,6 +39,7 @@ rule zoo_provenance:
         f"{RESULTS}/zoo/{{family}}.json",
     log:
         f"{LOGS}/zoo_provenance/{{family}}.log",
+        cost=f"{BENCH}/zoo_provenance/{{family}}.tsv",
     wildcard_constraints:
         family=one_of(ZOO_TRAINED),
     localrule: True
@@ -63,6 +63,7 @@ rule pretrained_generator:
         f"{RESULTS}/zoo/{{family}}.pt",
     log:
         f"{LOGS}/pretrained_generator/{{family}}.log",
+        cost=f"{BENCH}/pretrained_generator/{{family}}.tsv",
     wildcard_constraints:
         family=one_of(ZOO_PRETRAINED),
     localrule: True
@@ -88,8 +89,7 @@ rule generate:
         f"{RESULTS}/images/model_{{model}}.npz",
     log:
         f"{LOGS}/generate/{{model}}.log",
-    benchmark:
-        f"{BENCH}/generate/{{model}}.tsv"
+        cost=f"{BENCH}/generate/{{model}}.tsv",
     conda:
         "../../envs/torch.yaml"
     threads: res("generate", "threads")

@@ -1,12 +1,13 @@
 """What a study cost, measured by the pipeline itself (the rule ``cost``,
-``workflow/rules/cost.smk``): every job's Snakemake benchmark file read, its wall,
+``workflow/rules/cost.smk``): every job's benchmark file read, its wall,
 CPU and peak memory summed per rule, the critical path (the chain of jobs, each
 needing the one before, whose walls sum to the most) and the whole run's span,
 written as ``results/<study>/cost.md`` and ``cost.csv`` with the machine named.
 
 The jobs and what each read come from Snakemake's own records of the run
 (``.snakemake/metadata/``: per output file its rule, inputs, log, start and end),
-the costs from the benchmark files (``benchmarks/<study>/...``). Standard library
+the costs from the benchmark files (``benchmarks/<study>/...``: each job writes its
+own, :func:`distrank._io.write_cost`, in the columns of Snakemake's). Standard library
 only: the job starts in a fraction of a second.
 """
 
@@ -24,15 +25,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The columns of a Snakemake benchmark file that the cost reads.
+#: The columns of a benchmark file (a job's own or Snakemake's) that the cost reads.
 BENCHMARK_COLUMNS = ("s", "max_rss", "cpu_time")
 
 
 @dataclass(frozen=True)
 class Benchmark:
     """One job's benchmark file: wall seconds, CPU seconds (user + system of the job's
-    processes), peak resident memory in MB (``nan`` where the job ended before
-    Snakemake sampled it)."""
+    processes), peak resident memory in MB (``nan`` where Snakemake's sampling missed a
+    short job)."""
 
     wall: float
     cpu: float
@@ -70,12 +71,12 @@ def _number(text: str) -> float:
 
 
 def read_benchmark(path: str | os.PathLike) -> Benchmark:
-    """A Snakemake benchmark file (tab-separated, a header and one row per repeat; the
-    mean over repeats)."""
+    """A benchmark file, a job's own or Snakemake's (tab-separated, a header and one row
+    per repeat; the mean over repeats)."""
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
     if not rows or any(c not in rows[0] for c in BENCHMARK_COLUMNS):
-        raise ValueError(f"{path}: not a Snakemake benchmark file (columns {BENCHMARK_COLUMNS})")
+        raise ValueError(f"{path}: not a benchmark file (columns {BENCHMARK_COLUMNS})")
     values = {c: [_number(r[c]) for r in rows] for c in BENCHMARK_COLUMNS}
     wall, max_rss, cpu = (sum(v) / len(v) for v in values.values())
     return Benchmark(wall=wall, cpu=cpu, max_rss=max_rss)

@@ -12,8 +12,7 @@ rule E1:
         **experiment_outputs("E1"),
     log:
         f"{LOGS}/E1.log",
-    benchmark:
-        f"{BENCH}/E1.tsv"
+        cost=f"{BENCH}/E1.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -17,8 +17,7 @@ rule e10_bootstrap_centralized:
         tau=f"{RESULTS}/E10/tau.csv",
     log:
         f"{LOGS}/e10_bootstrap_centralized.log",
-    benchmark:
-        f"{BENCH}/e10_bootstrap_centralized.tsv"
+        cost=f"{BENCH}/e10_bootstrap_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("e10_bootstrap_centralized", "threads")
@@ -43,8 +42,7 @@ rule E10:
         **experiment_outputs("E10"),
     log:
         f"{LOGS}/E10.log",
-    benchmark:
-        f"{BENCH}/E10.tsv"
+        cost=f"{BENCH}/E10.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -20,8 +20,7 @@ rule e11_sketches_centralized:
         sketches=f"{RESULTS}/E11/sketches.npz",
     log:
         f"{LOGS}/e11_sketches_centralized.log",
-    benchmark:
-        f"{BENCH}/e11_sketches_centralized.tsv"
+        cost=f"{BENCH}/e11_sketches_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("e11_sketches_centralized", "threads")
@@ -45,8 +44,7 @@ rule e11_fd_private:
         fd=f"{RESULTS}/E11/fd_draws.npz",
     log:
         f"{LOGS}/e11_fd_private.log",
-    benchmark:
-        f"{BENCH}/e11_fd_private.tsv"
+        cost=f"{BENCH}/e11_fd_private.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("e11_fd_private", "threads")
@@ -69,8 +67,7 @@ rule E11:
         **experiment_outputs("E11"),
     log:
         f"{LOGS}/E11.log",
-    benchmark:
-        f"{BENCH}/E11.tsv"
+        cost=f"{BENCH}/E11.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

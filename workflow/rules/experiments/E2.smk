@@ -21,8 +21,7 @@ rule e2_models_centralized:
         g2=f"{RESULTS}/features/model_{G2}.npz",
     log:
         f"{LOGS}/e2_models_centralized.log",
-    benchmark:
-        f"{BENCH}/e2_models_centralized.tsv"
+        cost=f"{BENCH}/e2_models_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     params:
@@ -39,8 +38,7 @@ rule E2:
         **experiment_outputs("E2"),
     log:
         f"{LOGS}/E2.log",
-    benchmark:
-        f"{BENCH}/E2.tsv"
+        cost=f"{BENCH}/E2.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

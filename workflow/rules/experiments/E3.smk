@@ -8,8 +8,7 @@ rule E3:
         **experiment_outputs("E3"),
     log:
         f"{LOGS}/E3.log",
-    benchmark:
-        f"{BENCH}/E3.tsv"
+        cost=f"{BENCH}/E3.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -29,8 +29,7 @@ rule e4_sweep_models:
         features=model_features(E4_SWEPT_MODELS),
     log:
         f"{LOGS}/e4_sweep_models.log",
-    benchmark:
-        f"{BENCH}/e4_sweep_models.tsv"
+        cost=f"{BENCH}/e4_sweep_models.tsv",
     conda:
         "../../../envs/torch.yaml"
     threads: res("e4_sweep_models", "threads")
@@ -61,8 +60,7 @@ rule e4_fitted_centralized:
         features=model_features(E4_FITTED_MODELS),
     log:
         f"{LOGS}/e4_fitted_centralized.log",
-    benchmark:
-        f"{BENCH}/e4_fitted_centralized.tsv"
+        cost=f"{BENCH}/e4_fitted_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     resources:
@@ -88,8 +86,7 @@ rule e4_fd_centralized:
         theory=f"{RESULTS}/E4/theory.csv",
     log:
         f"{LOGS}/e4_fd_centralized.log",
-    benchmark:
-        f"{BENCH}/e4_fd_centralized.tsv"
+        cost=f"{BENCH}/e4_fd_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("e4_fd_centralized", "threads")
@@ -115,8 +112,7 @@ rule E4:
         **experiment_outputs("E4"),
     log:
         f"{LOGS}/E4.log",
-    benchmark:
-        f"{BENCH}/E4.tsv"
+        cost=f"{BENCH}/E4.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -20,8 +20,7 @@ rule e5_train_centralized:
         bundle=f"{RESULTS}/training/E5/{{run}}.pt",
     log:
         f"{LOGS}/e5_train_centralized/{{run}}.log",
-    benchmark:
-        f"{BENCH}/e5_train_centralized/{{run}}.tsv"
+        cost=f"{BENCH}/e5_train_centralized/{{run}}.tsv",
     wildcard_constraints:
         run=one_of(RUNS),
     conda:
@@ -51,8 +50,7 @@ rule e5_checkpoint_features:
         ],
     log:
         f"{LOGS}/e5_checkpoint_features/{{run}}.log",
-    benchmark:
-        f"{BENCH}/e5_checkpoint_features/{{run}}.tsv"
+        cost=f"{BENCH}/e5_checkpoint_features/{{run}}.tsv",
     wildcard_constraints:
         run=one_of(RUNS),
     conda:
@@ -89,8 +87,7 @@ rule E5:
         **experiment_outputs("E5"),
     log:
         f"{LOGS}/E5.log",
-    benchmark:
-        f"{BENCH}/E5.tsv"
+        cost=f"{BENCH}/E5.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -10,8 +10,7 @@ rule E6:
         **experiment_outputs("E6"),
     log:
         f"{LOGS}/E6.log",
-    benchmark:
-        f"{BENCH}/E6.tsv"
+        cost=f"{BENCH}/E6.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

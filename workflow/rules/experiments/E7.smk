@@ -32,8 +32,7 @@ rule e7_finetune_centralized:
         bundle=f"{RESULTS}/training/E7/{{method}}.pt",
     log:
         f"{LOGS}/e7_finetune_centralized/{{method}}.log",
-    benchmark:
-        f"{BENCH}/e7_finetune_centralized/{{method}}.tsv"
+        cost=f"{BENCH}/e7_finetune_centralized/{{method}}.tsv",
     wildcard_constraints:
         method=one_of(TRAINED),
     conda:
@@ -59,8 +58,7 @@ rule e7_checkpoint_features:
         [f"{RESULTS}/features/model_e7-{{method}}-{tag}.npz" for tag in step_tags(E7)],
     log:
         f"{LOGS}/e7_checkpoint_features/{{method}}.log",
-    benchmark:
-        f"{BENCH}/e7_checkpoint_features/{{method}}.tsv"
+        cost=f"{BENCH}/e7_checkpoint_features/{{method}}.tsv",
     wildcard_constraints:
         method=one_of(TRAINED),
     conda:
@@ -92,8 +90,7 @@ rule e7_start_features:
         f"{RESULTS}/features/model_{NONE}.npz",
     log:
         f"{LOGS}/e7_start_features.log",
-    benchmark:
-        f"{BENCH}/e7_start_features.tsv"
+        cost=f"{BENCH}/e7_start_features.tsv",
     conda:
         "../../../envs/torch.yaml"
     threads: res("e7_checkpoint_features", "threads")
@@ -123,8 +120,7 @@ rule E7:
         **experiment_outputs("E7"),
     log:
         f"{LOGS}/E7.log",
-    benchmark:
-        f"{BENCH}/E7.tsv"
+        cost=f"{BENCH}/E7.tsv",
     conda:
         "../../../envs/core.yaml"
     params:

@@ -9,8 +9,7 @@ rule E8:
         **experiment_outputs("E8"),
     log:
         f"{LOGS}/E8.log",
-    benchmark:
-        f"{BENCH}/E8.tsv"
+        cost=f"{BENCH}/E8.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("E8", "threads")

@@ -16,8 +16,7 @@ rule e9_kernel_inputs_centralized:
         kernel_inputs=f"{RESULTS}/E9/kernel_inputs.npz",
     log:
         f"{LOGS}/e9_kernel_inputs_centralized.log",
-    benchmark:
-        f"{BENCH}/e9_kernel_inputs_centralized.tsv"
+        cost=f"{BENCH}/e9_kernel_inputs_centralized.tsv",
     conda:
         "../../../envs/core.yaml"
     threads: res("e9_kernel_inputs_centralized", "threads")
@@ -41,8 +40,7 @@ rule E9:
         **experiment_outputs("E9"),
     log:
         f"{LOGS}/E9.log",
-    benchmark:
-        f"{BENCH}/E9.tsv"
+        cost=f"{BENCH}/E9.tsv",
     conda:
         "../../../envs/core.yaml"
     params:
