@@ -28,7 +28,7 @@ rule train_generator:
 
 
 # What made a trained state (distrank.zoo.pretrained.provenance), its wall time from the
-# training job's benchmark file; made for the `pretrain` target only, so that a
+# training job's cost file; made for the `pretrain` target only, so that a
 # study's results stay the same bytes run after run.
 rule zoo_provenance:
     input:

@@ -74,7 +74,8 @@ def job_provenance(
     images: dict,
 ) -> dict:
     """:func:`provenance` of a training job: its state, the count of its training images
-    (``images_file``) and its wall time (the last ``s`` of its Snakemake benchmark file)."""
+    (``images_file``) and its wall time (the last ``s`` of its benchmark file, the job's
+    cost)."""
     import pandas as pd
 
     from distrank.data.images import load_images
