@@ -157,9 +157,8 @@ def _age() -> float:
 def write_cost(path: str | os.PathLike) -> None:
     """Write :func:`process_cost` to ``path`` as a one-row benchmark file (tab-separated,
     Snakemake's column names): a pipeline job's cost, exact where Snakemake's
-    ``benchmark:`` directive samples the job's processes (every 0.5 s, then every 30 s,
-    walking their memory maps: seconds of the scheduler's CPU per job, and a peak or the
-    last seconds of CPU missed between two samples)."""
+    ``benchmark:`` directive samples it (``workflow/rules/cost.smk`` says why the
+    pipeline does not use that)."""
     cost = process_cost()
     minutes, seconds = divmod(int(cost["s"]), 60)
     row = [f"{cost['s']:.4f}", f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"]
