@@ -7,7 +7,7 @@ written as ``results/<study>/cost.md`` and ``cost.csv`` with the machine named.
 The jobs and what each read come from Snakemake's own records of the run
 (``.snakemake/metadata/``: per output file its rule, inputs, log, start and end),
 the costs from the benchmark files (``benchmarks/<study>/...``: each job writes its
-own, :func:`distrank._io.write_cost`, in the columns of Snakemake's). Standard library
+own, ``distrank._io.write_cost``, in the columns of Snakemake's). Standard library
 only: the job starts in a fraction of a second.
 """
 
