@@ -119,7 +119,7 @@ def test_a_failing_torch_child_says_why():
 
 
 GPU_PAGES = """
-import json, re, sys
+import json
 import torch
 from distrank.features.torch_child import _GPU_LIBRARY, release_gpu_libraries
 
