@@ -27,7 +27,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from distrank.metrics import GaussianStats, frechet_distance, frechet_distances
+from distrank.metrics.fd import GaussianStats, frechet_distance, frechet_distances
 
 
 def scipy_fd(a: GaussianStats, b: GaussianStats) -> float:

@@ -19,7 +19,8 @@ import time
 import numpy as np
 import torch
 
-from distrank.metrics import kernel_sums, make_kernel
+from distrank.metrics import make_kernel
+from distrank.metrics.kd import kernel_sums
 
 
 def entries_formed(n: int, block: int) -> int:

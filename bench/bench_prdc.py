@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from distrank.metrics.prdc.scores import METRICS, prdc
+from distrank.metrics.prdc._scores import METRICS, prdc
 
 GIB = 2**30
 

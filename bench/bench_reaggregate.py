@@ -7,7 +7,7 @@ Both sides score the same models against the same reference rows under the same
 partitions (Dirichlet label skew over blocks of 10 rows of one class, as E8 draws
 them; 10 clients), all six metrics, both aggregations. ``afresh`` is one
 ``distrank.metrics.score`` call per partition (what a loop over partitions costs);
-``re-aggregated`` is one ``distrank.metrics.reaggregate.score_partitions`` call.
+``re-aggregated`` is one ``distrank.metrics._reaggregate.score_partitions`` call.
 Printed: both times, the ratio, and the largest relative difference per metric.
 The default size is the default study's E8 (n = 5000 reference rows, d = 1280
 EfficientNet-Lite0 features, 14 models of 1000 rows) at 6 of its 31 partitions.
@@ -22,7 +22,7 @@ import numpy as np
 
 from distrank.experiments.e8_heterogeneity import draw_partitions
 from distrank.metrics import score
-from distrank.metrics.reaggregate import score_partitions
+from distrank.metrics._reaggregate import score_partitions
 
 
 def timed(fn):

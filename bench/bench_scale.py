@@ -184,7 +184,7 @@ def work(stage: str, size) -> np.ndarray:
         return np.array([n * n * d / 2 + cross + models])
     if stage == "prdc":  # pooled and client k-NN radii, reference x model, model radii
         return np.array([(n * n + (sizes**2).sum()) * d / 2 + cross + models])
-    from distrank.metrics.fd.family import FD_CHUNK_BYTES
+    from distrank.metrics.fd._family import FD_CHUNK_BYTES
 
     passes = -(-n_models // max(1, FD_CHUNK_BYTES // (8 * d * d)))
     r = np.minimum(np.append(sizes, n), min(m, d + 1)) - 1  # clients' pairs, FD_all's
@@ -195,7 +195,7 @@ def work(stage: str, size) -> np.ndarray:
 def nbytes(stage: str, size) -> float:
     """Bytes a stage must hold: float32 inputs, PRDC's client-grouped copy of the
     reference, FD's chunk of float64 (d, d) model covariances and two clients'."""
-    from distrank.metrics.fd.family import FD_CHUNK_BYTES
+    from distrank.metrics.fd._family import FD_CHUNK_BYTES
 
     n, _, n_models, m, d = size
     held = {"kd": 0.0, "prdc": 4.0 * n * d, "fd": min(8.0 * n_models * d * d, FD_CHUNK_BYTES)}

@@ -6,13 +6,13 @@
 
 Default stage: the same rows (a reference and ``--models`` models of rectified Gaussian
 2048-d features, like Inception's pool3) scored two ways, each in its own subprocess
-(wall time, peak RSS from ``resource.getrusage``): ``distrank.metrics.sketch.maps`` (random
+(wall time, peak RSS from ``resource.getrusage``): ``distrank.metrics.sketch._maps`` (random
 Fourier features, D = 8192, float64; sketch every set, then one dot product per model)
-against ``distrank.metrics.kd.sums.kernel_sums`` with the rbf kernel (float32 products,
+against ``distrank.metrics.kd._sums.kernel_sums`` with the rbf kernel (float32 products,
 float64 sums, the package's default) for KD_all of every model; the bandwidth is the
 median heuristic on the reference. Prints the ratio and the sketch's error.
 
-``--tensorsketch``: ``distrank.metrics.sketch.tensorsketch`` at D = 2^10 .. 2^16 against exact
+``--tensorsketch``: ``distrank.metrics.sketch._tensorsketch`` at D = 2^10 .. 2^16 against exact
 KID (``kernel_sums``, poly kernel, U-statistic) on synthetic features and, where
 ``--features`` holds a pipeline's ``reference.npz`` and ``model_*.npz``, on those:
 relative KD error (median and max over the models) and Kendall's tau of the ranking.
@@ -70,8 +70,9 @@ def run_side(args) -> None:
     """One side in this process: JSON with its seconds, peak RSS and KD_all per model."""
     import torch
 
-    from distrank.metrics import kernel_sums, make_kernel, median_bandwidth
-    from distrank.metrics.sketch.maps import FeatureMap, sketch_kd
+    from distrank.metrics import make_kernel, median_bandwidth
+    from distrank.metrics.kd import kernel_sums
+    from distrank.metrics.sketch._maps import FeatureMap, sketch_kd
 
     ref = synthetic(args.n, args.d, 0)
     models = [synthetic(args.m, args.d, g + 1) for g in range(args.models)]
@@ -124,7 +125,8 @@ def compare(args) -> None:
 def exact_kid(ref: np.ndarray, models: list[np.ndarray]) -> np.ndarray:
     import torch
 
-    from distrank.metrics import kernel_sums, make_kernel
+    from distrank.metrics import make_kernel
+    from distrank.metrics.kd import kernel_sums
 
     kernel = make_kernel("poly", None, ref.shape[1])
     index = np.zeros(len(ref), np.int64)
@@ -134,7 +136,7 @@ def exact_kid(ref: np.ndarray, models: list[np.ndarray]) -> np.ndarray:
 def error_table(name: str, ref, models, dims, seeds) -> None:
     from scipy.stats import kendalltau
 
-    from distrank.metrics.sketch.tensorsketch import TensorSketchMap, tensorsketch_kd
+    from distrank.metrics.sketch._tensorsketch import TensorSketchMap, tensorsketch_kd
 
     start = time.perf_counter()
     exact = exact_kid(ref, models)
@@ -166,7 +168,7 @@ def error_table(name: str, ref, models, dims, seeds) -> None:
 def norms(ref, dims) -> None:
     """|psi(x)| / |x'|^3 over reference rows (its mean square is 1), and the
     deterministic bound for rows clipped to the largest reference norm."""
-    from distrank.metrics.sketch.tensorsketch import TensorSketchMap
+    from distrank.metrics.sketch._tensorsketch import TensorSketchMap
 
     x = ref[:1000]
     for dim in (dims[0], dims[-1]):

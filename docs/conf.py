@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import sys
 from pathlib import Path
 
@@ -12,7 +10,6 @@ from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 from jinja2 import Environment, StrictUndefined
-from sphinx.util.nodes import make_refnode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # the checkout's distrank, installed or not
@@ -65,7 +62,7 @@ nitpick_ignore_regex = [
     ("py:.*", r"(sklearn|scipy|os|pickle|_pickle|abc|Path|pathlib)\..*"),
     ("py:class", r"(Module|Dropout|BatchNorm)"),
     ("py:.*", r"(distrank\.)?_progress\..*"),
-    ("py:.*", r"(.*\.)?_[a-z_]+"),  # private helpers a docstring names: not documented
+    ("py:.*", r"(.*\.)?_[a-z_]+(\..*)?"),  # private names and modules: not documented
 ]
 
 STUDY = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -88,70 +85,5 @@ class Caption(Directive):
         return [box]
 
 
-def _lookup(dotted: str):
-    """The object a dotted name imports to, or None."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for part in parts[i:]:
-                obj = getattr(obj, part)
-        except AttributeError:
-            return None
-        return obj
-    return None
-
-
-def _by_last_name(env) -> dict[str, list[str]]:
-    """Documented Python objects by the last part of their name (built once a build)."""
-    objects = env.get_domain("py").objects
-    if getattr(env, "_distrank_names", (None,))[0] is not objects or len(objects) != len(
-        env._distrank_names[1]
-    ):
-        index: dict[str, list[str]] = {}
-        for full in objects:
-            index.setdefault(full.rsplit(".", 1)[-1], []).append(full)
-        env._distrank_names = (objects, dict(objects), index)
-    return env._distrank_names[2]
-
-
-def resolve_reference(app, env, node, contnode):
-    """What a docstring names and the Python domain did not find: a re-export
-    (``distrank.metrics.score`` is ``distrank.metrics.scoring.score``), a short name
-    documented once elsewhere (``lemma_bound``), or a module constant that autodoc
-    lists without an entry (``RAW_MD5``: shown as code, unlinked). Anything else,
-    a name that does not exist, stays a warning and fails the strict build."""
-    if node.get("refdomain") != "py":
-        return None
-    target = node["reftarget"].lstrip(".~")
-    modname, clsname = node.get("py:module"), node.get("py:class")
-    obj = None
-    for dotted in (f"{modname}.{clsname}.{target}", f"{modname}.{target}", target):
-        if "None" not in dotted.split(".") and (obj := _lookup(dotted)) is not None:
-            break
-    names = [target]
-    if obj is not None and str(getattr(obj, "__module__", "")).startswith("distrank"):
-        names.insert(0, f"{obj.__module__}.{getattr(obj, '__qualname__', target)}")
-    index, objects = _by_last_name(env), env.get_domain("py").objects
-    for name in names:
-        found = [
-            f for f in index.get(name.rsplit(".", 1)[-1], []) if f == name or f.endswith("." + name)
-        ]
-        if len(found) == 1:
-            entry = objects[found[0]]
-            return make_refnode(
-                app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, found[0]
-            )
-    if obj is not None and not (
-        inspect.isclass(obj) or inspect.isroutine(obj) or inspect.ismodule(obj)
-    ):
-        return contnode
-    return None
-
-
 def setup(app):
-    app.connect("missing-reference", resolve_reference)
     app.add_directive("distrank-caption", Caption)

@@ -1,8 +1,8 @@
 """Snakemake entry point, run at the server: D_avg from the clients' score files."""
 
 from distrank._io import logged
-from distrank.metrics.registry import load_plugins
-from distrank.metrics.score_files import average_client_files
+from distrank.metrics._registry import load_plugins
+from distrank.metrics._score_files import average_client_files
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0], cost=sm.log.get("cost")):

@@ -3,7 +3,7 @@ which (distrank.experiments.run_rule)."""
 
 from distrank import experiments
 from distrank._io import logged
-from distrank.metrics.registry import load_plugins
+from distrank.metrics._registry import load_plugins
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0], cost=sm.log.get("cost")):

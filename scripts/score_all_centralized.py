@@ -1,8 +1,8 @@
 """Snakemake entry point, centralized: D_all needs the pooled reference features."""
 
 from distrank._io import logged
-from distrank.metrics.registry import load_plugins
-from distrank.metrics.score_files import score_centralized_file
+from distrank.metrics._registry import load_plugins
+from distrank.metrics._score_files import score_centralized_file
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with logged(sm.log[0], cost=sm.log.get("cost")):

@@ -14,7 +14,7 @@ from textkit import cli_error, markdown_tables, visible_lines, words
 
 from distrank.cli import EXIT_INPUT, build_parser, main
 from distrank.metrics import ScoreOptions, score
-from distrank.metrics.metric import METRIC_KEYS
+from distrank.metrics._metric import METRIC_KEYS
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -276,7 +276,7 @@ def test_score_on_feature_files_imports_no_extractor_and_no_scipy_stats(files):
         for line in done.stderr.splitlines()
         if line.startswith("import time:") and "|" in line
     }
-    assert {"torch", "distrank.metrics.fd.frechet", "distrank.metrics.kd.sums"} <= imported
+    assert {"torch", "distrank.metrics.fd._frechet", "distrank.metrics.kd._sums"} <= imported
     roots = {name.split(".")[0] for name in imported}
     assert not {"onnxruntime", "timm", "torchvision", "sklearn"} & roots
     assert "scipy.stats" not in imported

@@ -12,8 +12,8 @@ import pytest
 from textkit import cli_error
 
 from distrank.cli import EXIT_INPUT, main
-from distrank.metrics.bootstrap import bootstrap_scores, flat_summary, score_intervals
-from distrank.metrics.kd.privacy import private_scores
+from distrank.metrics._bootstrap import bootstrap_scores, flat_summary, score_intervals
+from distrank.metrics.kd._privacy import private_scores
 
 RNG = np.random.default_rng(13)
 D = 3

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-#: The epsilons a Gaussian release may have (``metrics.privacy``: below, the noise swamps
+#: The epsilons a Gaussian release may have (``metrics._privacy``: below, the noise swamps
 #: any KD; above, it is below float32 resolution; the calibration is checked across it).
 EPSILON_RANGE = (1e-3, 1e9)
 

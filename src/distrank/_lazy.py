@@ -5,6 +5,7 @@ package stays cheap (no torch, scipy or scikit-learn)."""
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 
@@ -14,8 +15,11 @@ def lazy_names(exports: Mapping[str, Sequence[str]]) -> list[str]:
 
 
 def lazy_getattr(package: str, exports: Mapping[str, Sequence[str]]) -> Callable[[str], object]:
-    """A module ``__getattr__`` for ``package``, given each submodule's names."""
+    """A module ``__getattr__`` for ``package``, given each submodule's names; the
+    package's ``dir()`` then lists those names too (as autodoc and completion expect)."""
     where = {name: module for module, names in exports.items() for name in names}
+    namespace = sys.modules[package].__dict__
+    namespace["__dir__"] = lambda: sorted({*namespace, *where})
 
     def __getattr__(name: str):
         if name in where:

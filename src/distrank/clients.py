@@ -148,7 +148,7 @@ SCHEMES = {
 }
 #: Schemes that split by class label (all but kmeans, which clusters features).
 NEEDS_LABELS = frozenset({"by_class", "dirichlet", "one_class"})
-#: Client weighting schemes of D_avg (see :func:`client_weights`).
+#: Client weighting schemes of D_avg (see ``client_weights``).
 WEIGHTS = ("size", "uniform")
 
 
@@ -210,7 +210,7 @@ def client_weights(sizes, scheme: str = "size") -> np.ndarray:
 
 def average(local, weights):
     """D_avg = sum_i lambda_i D_i: the clients' values ``local`` (clients on the last
-    axis; batches of them at once) under the weights lambda_i (:func:`client_weights`).
+    axis; batches of them at once) under the weights lambda_i (``client_weights``).
     A float for one set of values."""
     out = np.asarray(local, np.float64) @ np.asarray(weights, np.float64)
     return float(out) if out.ndim == 0 else out

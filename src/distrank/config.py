@@ -68,18 +68,18 @@ def check_file(path: str | os.PathLike) -> None:
 
 def load_plugins(config: Mapping) -> None:
     """Import every module under ``plugins:``; each registers its own metrics
-    (``distrank.metrics.registry.register``). Run before :func:`check` and in every job."""
-    from distrank.metrics import registry
+    (``distrank.metrics._registry.register``). Run before :func:`check` and in every job."""
+    from distrank.metrics import _registry
 
     try:
-        registry.load_plugins(config.get("plugins", []))
+        _registry.load_plugins(config.get("plugins", []))
     except ValueError as err:
         raise ValueError(f"config: {err}") from None
 
 
 def _check_registered(config: Mapping) -> None:
     """Every metric a config names is registered (the schema takes any name)."""
-    from distrank.metrics.registry import METRICS
+    from distrank.metrics._registry import METRICS
 
     named = [("metrics.metrics", config.get("metrics", {}).get("metrics") or [])]
     named += [
@@ -97,10 +97,10 @@ def _check_registered(config: Mapping) -> None:
 
 
 def _check_options(config: Mapping) -> None:
-    """``metrics:`` holds scoring options (``distrank.metrics.options.specs``): the schema
+    """``metrics:`` holds scoring options (``distrank.metrics._options.specs``): the schema
     takes any other key, an option a plugin metric may declare; here each key must be
     an option of the package or of a registered metric, and each value one it takes."""
-    from distrank.metrics.options import score_options
+    from distrank.metrics._options import score_options
 
     try:
         score_options(config.get("metrics") or {})

@@ -1,7 +1,7 @@
 """Figure conventions: paper-sized matplotlib (Agg) figures saved as PDF and PNG.
 
-- Sizes: a single column is :data:`SINGLE_COLUMN_IN` (3.5 in) wide, a full page
-  width :data:`DOUBLE_COLUMN_IN` (7 in); fonts are 8-9 pt at that size, so a figure
+- Sizes: a single column is ``SINGLE_COLUMN_IN`` (3.5 in) wide, a full page
+  width ``DOUBLE_COLUMN_IN`` (7 in); fonts are 8-9 pt at that size, so a figure
   is read at 100 % and nothing is scaled down.
 - Labels: every metric axis names the metric *and* the feature extractor
   (:func:`metric_label`). Fréchet and kernel distances are called FID/KID only on
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank._io import atomic_write_bytes, output_path
-from distrank.metrics.metric import PRDC
-from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.registry import DISPLAY, HIGHER_IS_BETTER, display
+from distrank.metrics._metric import PRDC
+from distrank.metrics._ranking import discordant_pairs, rank_models
+from distrank.metrics._registry import DISPLAY, HIGHER_IS_BETTER, display
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -121,7 +121,7 @@ def new_figure(
 
 
 def metric_name(metric: str, extractor: str) -> str:
-    """Display name on ``extractor``'s features (``metrics.registry.display``: FD/KD
+    """Display name on ``extractor``'s features (``metrics._registry.display``: FD/KD
     become FID/KID only on Inception features); a key in capitals is accepted."""
     key = metric.lower()
     return display(key, extractor) if key in DISPLAY else metric
@@ -174,7 +174,7 @@ def save(
 def per_model(
     scores: pd.DataFrame, metrics: Sequence[str], *, difference: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per model and the per-metric rank agreement (:func:`~distrank.metrics.table.rank_agreement`).
+    """One row per model and the per-metric rank agreement (:func:`~distrank.metrics.rank_agreement`).
 
     Columns: ``model``; per metric ``<M>_all``, ``<M>_avg`` and ``<M>_gap``
     (``avg - all``, ``difference="gap"``) or ``<M>_absdiff`` (``|all - avg|``); then
@@ -182,7 +182,7 @@ def per_model(
     """
     if difference not in ("gap", "absdiff"):
         raise ValueError(f"difference: expected 'gap' or 'absdiff', got {difference!r}")
-    wide = distrank.metrics.table.wide(scores, metrics)
+    wide = distrank.metrics._table.wide(scores, metrics)
     names = [display(m) for m in metrics]
     table = wide[["model"]].copy()
     for name in names:
@@ -194,7 +194,7 @@ def per_model(
             table[f"{name}_{agg}_rank"] = rank_models(
                 wide[f"{name}_{agg}"], higher_is_better=HIGHER_IS_BETTER[metric]
             )
-    return table, distrank.metrics.table.rank_agreement(wide, metrics)
+    return table, distrank.metrics._table.rank_agreement(wide, metrics)
 
 
 def e1_table(

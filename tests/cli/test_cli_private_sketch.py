@@ -17,8 +17,8 @@ from scipy.spatial.distance import pdist
 from textkit import cli_error
 
 from distrank.cli import EXIT_INPUT, EXIT_USAGE, main
-from distrank.metrics.privacy import noise_multiplier
-from distrank.metrics.sketch import maps as sk
+from distrank.metrics._privacy import noise_multiplier
+from distrank.metrics.sketch import _maps as sk
 
 D = 8
 SITES = {"oslo": 200, "paris": 200, "rome": 200, "tiny": 5}

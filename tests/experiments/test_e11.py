@@ -29,8 +29,8 @@ from distrank.experiments.e11_private_sketches import (
     sketch_scores,
     threshold,
 )
-from distrank.metrics.fd.frechet import gaussian_stats
-from distrank.metrics.sketch.maps import FeatureMap, pool, sketch_kd, truncate
+from distrank.metrics.fd._frechet import gaussian_stats
+from distrank.metrics.sketch._maps import FeatureMap, pool, sketch_kd, truncate
 
 RNG = np.random.default_rng(11)
 

@@ -33,7 +33,7 @@ from distrank.experiments.e4_diversity_sweep.sweep import (
     theory_table,
 )
 from distrank.metrics import score
-from distrank.metrics.fd.settings import FdSettings, between_classes
+from distrank.metrics.fd._settings import FdSettings, between_classes
 from distrank.zoo.feature_space import fitted_samples, pull_to_class_means
 
 SETTINGS = {

@@ -7,7 +7,7 @@ from experiments_testkit import clustered_clients, tidy
 from scipy import stats
 
 from distrank.figures import e6_figure, e6_table, save
-from distrank.metrics.metric import PRDC
+from distrank.metrics._metric import PRDC
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from distrank.experiments.e8_heterogeneity import (
     e8_table,
     partition_agreement,
 )
-from distrank.metrics.reaggregate import score_partitions
+from distrank.metrics._reaggregate import score_partitions
 
 SETTINGS = {
     "n_clients": 5,

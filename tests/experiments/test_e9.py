@@ -24,7 +24,7 @@ from distrank.experiments.e9_private_ranking import (
     run,
     write_kernel_inputs,
 )
-from distrank.metrics.kernels import median_bandwidth
+from distrank.metrics._kernels import median_bandwidth
 
 RNG = np.random.default_rng(9)
 

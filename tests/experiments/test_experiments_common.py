@@ -1,4 +1,4 @@
-"""Helpers the experiments share, from distrank.metrics.table and .ranking: wide tables,
+"""Helpers the experiments share, from distrank.metrics._table and .ranking: wide tables,
 ranks, rank agreement; and distrank.experiments.named_on."""
 
 import itertools
@@ -9,8 +9,8 @@ import pytest
 from experiments_testkit import tidy
 from scipy import stats
 
-from distrank.metrics.ranking import discordant_pairs, rank_models
-from distrank.metrics.table import rank_agreement, wide
+from distrank.metrics._ranking import discordant_pairs, rank_models
+from distrank.metrics._table import rank_agreement, wide
 
 
 def _scores(fd_all, fd_avg):

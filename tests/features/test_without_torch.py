@@ -45,8 +45,8 @@ import json, sys
 import numpy as np
 from distrank.features import get_extractor
 from distrank.features.inputs import InputFeatures
-from distrank.metrics.sketch.maps import release_sketch
-from distrank.metrics.sketch.maps import FeatureMap
+from distrank.metrics.sketch._maps import release_sketch
+from distrank.metrics.sketch._maps import FeatureMap
 images = np.load(sys.argv[1])
 ex = InputFeatures("efficientnet_lite0", weights_dir=sys.argv[2]).extractor
 features = ex.extract(images, batch_size=4)

@@ -33,8 +33,8 @@ from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
 from distrank.flower.site import plain_sensitivities, score_site
 from distrank.metrics import score_client
-from distrank.metrics.options import score_options
-from distrank.metrics.sketch.family import feature_map
+from distrank.metrics._options import score_options
+from distrank.metrics.sketch._family import feature_map
 
 D = 4  # feature dimension
 F = 3.0  # the sites' feature bound

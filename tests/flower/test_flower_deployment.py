@@ -46,9 +46,9 @@ from loopback import BIN, PINNED, QUIET, Loopback, free_ports
 from distrank.flower import APP_DIR, supernode
 from distrank.flower.secure.server import bounds_path, sketch_path
 from distrank.metrics import score
-from distrank.metrics.privacy import epsilon_spent
-from distrank.metrics.sketch import maps as sk
-from distrank.metrics.table import meta_path
+from distrank.metrics._privacy import epsilon_spent
+from distrank.metrics._table import meta_path
+from distrank.metrics.sketch import _maps as sk
 
 pytestmark = [
     pytest.mark.slow,
@@ -429,7 +429,7 @@ def test_a_secure_kd_run_with_noise(deployment, runs, federation, reference):
 def test_a_secure_sketch_run_with_noise(deployment, runs, federation, reference):
     """KD of the pooled sketch within six noise stds of ``distrank score``'s: the table
     holds it unbiased, the noise's own excess (dim noise_std^2 n / (n - 1), the same for
-    every model: ``sketch.maps.sketch_kd``) taken off and the raw value kept in the meta;
+    every model: ``sketch._maps.sketch_kd``) taken off and the raw value kept in the meta;
     the pooled sketch covers the sites' rows, up to the noise on n."""
     net, *_ = deployment
     run, out = runs["sketch"]

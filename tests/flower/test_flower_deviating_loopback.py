@@ -24,7 +24,7 @@ from secure_run import pin_keys
 from distrank.flower.messages import option_keys
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
-from distrank.metrics.options import ScoreOptions
+from distrank.metrics._options import ScoreOptions
 
 pytestmark = [
     pytest.mark.slow,
@@ -108,7 +108,7 @@ from flwr.compat.common import recorddict_compat as compat
 from distrank.flower import site as site_app
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure import site as secure_site
-from distrank.metrics.options import ScoreOptions
+from distrank.metrics._options import ScoreOptions
 
 app = ClientApp()  # distrank's site as routed before: no check of the exact type
 app.query(mods=[secure_site.guard_mod])(site_app.query)

@@ -43,8 +43,8 @@ from distrank.flower.federation import FederationError
 from distrank.flower.identity import verify_attestation
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
-from distrank.metrics.privacy import noise_multiplier
-from distrank.metrics.table import meta_path
+from distrank.metrics._privacy import noise_multiplier
+from distrank.metrics._table import meta_path
 
 
 def state_of(grid, node) -> SecAggPlusState:

@@ -26,7 +26,7 @@ from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
 from distrank.flower.secure.server import bounds_path
 from distrank.flower.site import score_site
-from distrank.metrics.table import meta_path
+from distrank.metrics._table import meta_path
 
 OPTIONS = RBF_KD
 NOISE = {"epsilon": 1.0, "delta": 1e-5}

@@ -31,7 +31,7 @@ from distrank.flower.secure import SECURE_CONFIG
 from distrank.flower.server import federated_table
 from distrank.flower.site import score_site
 from distrank.metrics import score
-from distrank.metrics.fd.frechet import gaussian_stats
+from distrank.metrics.fd._frechet import gaussian_stats
 
 OPTIONS = RBF_KD | {  # every metric, through KID's polynomial kernel
     "metrics": ["kd", "fd", "precision", "recall", "density", "coverage"],

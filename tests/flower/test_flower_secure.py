@@ -30,10 +30,10 @@ from distrank.flower.masks import GENERATOR
 from distrank.flower.secure import plan as secure
 from distrank.flower.secure.server import bounds_path
 from distrank.metrics import score
-from distrank.metrics.fd.frechet import GaussianStats, fd_bound, frechet_distance, gaussian_stats
-from distrank.metrics.privacy import noise_multiplier
-from distrank.metrics.registry import METRICS
-from distrank.metrics.table import meta_path
+from distrank.metrics._privacy import noise_multiplier
+from distrank.metrics._registry import METRICS
+from distrank.metrics._table import meta_path
+from distrank.metrics.fd._frechet import GaussianStats, fd_bound, frechet_distance, gaussian_stats
 
 KEY = ["model", "metric", "aggregation", "client"]
 

@@ -44,7 +44,7 @@ from distrank.flower.secure import plan as secure
 from distrank.flower.secure import site as secure_site
 from distrank.flower.secure.server import bounds_path, secure_table
 from distrank.metrics import score
-from distrank.metrics.table import meta_path
+from distrank.metrics._table import meta_path
 
 STOCK = secaggplus_utils.pseudo_rand_gen  # Flower 1.42's generator: a 32-bit fold of the seed
 

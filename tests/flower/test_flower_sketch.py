@@ -17,9 +17,9 @@ from distrank.flower.secure import site as secure_site
 from distrank.flower.secure.server import bounds_path, sketch_path
 from distrank.flower.server import sketches_dir
 from distrank.metrics import score
-from distrank.metrics.sketch import maps as sk
-from distrank.metrics.sketch.confidence import score_sketches
-from distrank.metrics.sketch.family import DIM, pooled_sketch
+from distrank.metrics.sketch import _maps as sk
+from distrank.metrics.sketch._confidence import score_sketches
+from distrank.metrics.sketch._family import DIM, pooled_sketch
 
 SKETCH = {"metrics": "kd_sketch", "kernel": "rbf", "kernel-params": "bandwidth=3", "seed": 4}
 KEY = ["model", "metric", "aggregation", "client"]

@@ -40,14 +40,26 @@ from distrank.flower.policy import Policy
 from distrank.flower.secure.server import bounds_path
 from distrank.flower.server import federated_table
 from distrank.flower.site import score_site
-from distrank.metrics import kernel_distance, score
-from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
-from distrank.metrics.family import Family, Pooled, Run, SecureSum, WeightedSum
-from distrank.metrics.metric import METRIC_KEYS, SAFE, Metric, Option, Rows
-from distrank.metrics.options import ScoreOptions
-from distrank.metrics.reaggregate import score_partitions
-from distrank.metrics.registry import register, unregister
-from distrank.metrics.table import meta_path
+from distrank.metrics import (  # a plugin's whole vocabulary: the public face
+    Family,
+    Metric,
+    Option,
+    Pooled,
+    Rows,
+    Run,
+    ScoreOptions,
+    SecureSum,
+    WeightedSum,
+    bootstrap_scores,
+    register,
+    score,
+    score_partitions,
+    unregister,
+)
+from distrank.metrics._bootstrap import flat_summary
+from distrank.metrics._metric import METRIC_KEYS, SAFE
+from distrank.metrics._table import meta_path
+from distrank.metrics.kd import kernel_distance
 from distrank.report.html import build_report
 from distrank.report.verdicts import consistency
 
@@ -434,7 +446,7 @@ def test_a_config_selects_it(registered, tmp_path, monkeypatch):
         check(config)
     (tmp_path / "nogap_plugin.py").write_text(
         "from dataclasses import replace\n"
-        "from distrank.metrics.registry import register\n"
+        "from distrank.metrics import register\n"
         "from test_new_metric import METRIC\n"
         "register(replace(METRIC, key='nogap'))\n"
     )

@@ -15,10 +15,10 @@ import pytest
 from distrank._io import write_json
 from distrank.clients import client_weights
 from distrank.metrics import score
-from distrank.metrics.family import Family, Run, SecureSum, WeightedSum
-from distrank.metrics.metric import Metric, Rows
-from distrank.metrics.registry import register, unregister
-from distrank.metrics.score_files import average_client_files, collect
+from distrank.metrics._family import Family, Run, SecureSum, WeightedSum
+from distrank.metrics._metric import Metric, Rows
+from distrank.metrics._registry import register, unregister
+from distrank.metrics._score_files import average_client_files, collect
 from distrank.report.client_sections import client_average
 
 KEY = "gapmax"
@@ -137,9 +137,9 @@ def test_a_secure_weighted_sum_is_the_weighted_mean_only():
 # The modules allowed to average: the table builder, and the metrics' own batched paths
 # (KD's bootstrap re-weighting, FD's terms, E9's noisy KD), each through its Metric.
 AVERAGING = {
-    "metrics/table.py",
-    "metrics/kd/family.py",
-    "metrics/fd/settings.py",
+    "metrics/_table.py",
+    "metrics/kd/_family.py",
+    "metrics/fd/_settings.py",
     "experiments/e9_private_ranking.py",
 }
 
@@ -156,5 +156,5 @@ def test_no_module_averages_outside_the_builder_and_the_metrics():
             found.setdefault(where, []).append("clients.average")
         if re.search(r"\b(METRICS\[[^\]]+\]|[A-Z_]*METRIC)\.average\(|\b_average\(", text):
             found.setdefault(where, []).append("Metric.average")
-    assert found.pop("metrics/metric.py") == ["clients.average"]  # the default, named once
+    assert found.pop("metrics/_metric.py") == ["clients.average"]  # the default, named once
     assert set(found) == AVERAGING, found

@@ -6,8 +6,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics.pairwise import laplacian_kernel, polynomial_kernel, rbf_kernel
 
-from distrank.metrics import kernel_distance, kernel_sums, make_kernel, score
-from distrank.metrics.bootstrap import (
+from distrank.metrics import make_kernel, score
+from distrank.metrics._bootstrap import (
     ScoreCube,
     bootstrap_scores,
     flat_summary,
@@ -16,7 +16,8 @@ from distrank.metrics.bootstrap import (
     pairwise_summary,
     score_intervals,
 )
-from distrank.metrics.kd.resample import resampled_kernel_sums, row_counts
+from distrank.metrics.kd import kernel_distance, kernel_sums
+from distrank.metrics.kd._resample import resampled_kernel_sums, row_counts
 
 RNG = np.random.default_rng(20240614)
 
@@ -42,7 +43,7 @@ def gram(kernel, params, a, b):
 
 
 def resampled_kd(kernel, params, x, x_ids, x_client, y, y_ids, estimator):
-    """KD of resampled rows, by definition (module doc of distrank.metrics.bootstrap):
+    """KD of resampled rows, by definition (module doc of distrank.metrics._bootstrap):
     V: the V statistic of the rows as drawn. U: pairs of draws of the same original row
     (same id) left out, each within-sample block sum rescaled by n_a / (n_a - 1)."""
     n, m = len(x), len(y)

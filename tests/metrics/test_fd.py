@@ -8,16 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
-from distrank.metrics import (
+from distrank.metrics import score
+from distrank.metrics.fd import (
     GaussianStats,
     frechet_distance,
     frechet_distances,
     frechet_terms,
     gaussian_stats,
     pool_stats,
-    score,
 )
-from distrank.metrics.fd.frechet import factored
+from distrank.metrics.fd._frechet import factored
 
 RNG = np.random.default_rng(1982)
 
@@ -113,8 +113,8 @@ def test_factors_with_zeros_skip_them_and_keep_the_values(monkeypatch):
     reversed Cholesky); the block products and Gram matrices that skip them, with 7
     columns a block here, give the nuclear-norm root (numpy's SVD) for every pair of
     structures, full factors (an ``eigh``'s) and factors of the other role included."""
-    import distrank.metrics.fd.bands as banded
-    import distrank.metrics.fd.frechet as fd_module
+    import distrank.metrics.fd._bands as banded
+    import distrank.metrics.fd._frechet as fd_module
 
     monkeypatch.setattr(banded, "_STEP", 7)
     d = 30
@@ -241,7 +241,7 @@ def test_bad_fd_inputs_are_named():
 
 
 def test_each_client_factor_is_computed_once_for_all_models(monkeypatch):
-    import distrank.metrics.fd.frechet as fd_module
+    import distrank.metrics.fd._frechet as fd_module
 
     calls, sqrt_factor = [], fd_module.sqrt_factor
 

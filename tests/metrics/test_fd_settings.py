@@ -1,4 +1,4 @@
-"""distrank.metrics.fd.settings: FD extrapolated, FD on principal axes and the fitted
+"""distrank.metrics.fd._settings: FD extrapolated, FD on principal axes and the fitted
 family's exact FD, each against E3's closed form (gaussian_fd) on Gaussians whose FD is
 known; the between-class trace against its definition."""
 
@@ -13,7 +13,7 @@ from distrank.experiments.e3_gaussian_theory import (
     ring_clients,
     spd_power,
 )
-from distrank.metrics.fd.settings import FdSettings, between_classes
+from distrank.metrics.fd._settings import FdSettings, between_classes
 from distrank.zoo.feature_space import fitted_samples
 
 

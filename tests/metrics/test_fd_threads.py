@@ -10,7 +10,7 @@ import pytest
 import torch
 from threadpoolctl import threadpool_info
 
-from distrank.metrics.fd.frechet import one_thread_each
+from distrank.metrics.fd._frechet import one_thread_each
 
 D = 1280  # where MKL's threaded eigvalsh varied in its last bits from process to process
 
@@ -22,7 +22,7 @@ SCRIPT = """
 import sys
 import numpy as np
 import torch
-from distrank.metrics.fd.frechet import GaussianStats, factored, frechet_terms, gaussian_stats
+from distrank.metrics.fd._frechet import GaussianStats, factored, frechet_terms, gaussian_stats
 
 torch.set_num_threads(int(sys.argv[1]))
 rng = np.random.default_rng(39)

@@ -14,15 +14,10 @@ from sklearn.metrics.pairwise import (
 )
 from torch_fidelity.metric_kid import kernel_poly, kid_features_to_metric, mmd2
 
-from distrank.metrics import (
-    kernel_distance,
-    kernel_sums,
-    make_kernel,
-    median_bandwidth,
-    score,
-)
-from distrank.metrics.kd.subsets import subset_kd
-from distrank.metrics.kernels import gram_blocks
+from distrank.metrics import make_kernel, median_bandwidth, score
+from distrank.metrics._kernels import gram_blocks
+from distrank.metrics.kd import kernel_distance, kernel_sums
+from distrank.metrics.kd._subsets import subset_kd
 
 RNG = np.random.default_rng(20231017)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from distrank.metrics import score
-from distrank.metrics.sketch.family import DIM
-from distrank.metrics.sketch.maps import FeatureMap
+from distrank.metrics.sketch._family import DIM
+from distrank.metrics.sketch._maps import FeatureMap
 
 H = 2.5
 
@@ -72,8 +72,8 @@ def test_kd_sketch_needs_the_rbf_kernel(data):
 
 
 def test_kd_sketch_reaches_the_bootstrap_by_scoring_afresh(data):
-    from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
-    from distrank.metrics.options import ScoreOptions
+    from distrank.metrics._bootstrap import bootstrap_scores, flat_summary
+    from distrank.metrics._options import ScoreOptions
 
     x, labels, models = data
     opts = ScoreOptions(

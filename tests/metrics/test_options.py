@@ -17,12 +17,12 @@ import yaml
 
 from distrank.cli import build_parser
 from distrank.metrics import ScoreOptions, score, score_options
-from distrank.metrics.bootstrap import bootstrap_scores, flat_summary
-from distrank.metrics.kd.privacy import private_scores
-from distrank.metrics.metric import METRIC_KEYS
-from distrank.metrics.options import package_specs, specs
-from distrank.metrics.reaggregate import score_partitions
-from distrank.metrics.scoring import score_client
+from distrank.metrics._bootstrap import bootstrap_scores, flat_summary
+from distrank.metrics._metric import METRIC_KEYS
+from distrank.metrics._options import package_specs, specs
+from distrank.metrics._reaggregate import score_partitions
+from distrank.metrics._scoring import score_client
+from distrank.metrics.kd._privacy import private_scores
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
@@ -126,8 +126,10 @@ def test_the_math_functions_default_to_the_dataclass():
     """The engines below the scorers restate some defaults (they are imported by the
     registry's families, so they cannot import the options): each equals its declaration's,
     and every block size defaults to None (64 MiB blocks, ``_arrays.product_rows``)."""
-    from distrank.metrics.kd import resample, subsets, sums
-    from distrank.metrics.prdc import scores
+    from distrank.metrics.kd import _resample as resample
+    from distrank.metrics.kd import _subsets as subsets
+    from distrank.metrics.kd import _sums as sums
+    from distrank.metrics.prdc import _scores as scores
 
     defaults = ScoreOptions.defaults()
     defaults["estimator"] = defaults["kd_estimator"]

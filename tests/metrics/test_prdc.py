@@ -10,8 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distrank.metrics.metric import PRDC
-from distrank.metrics.prdc.scores import prdc
+from distrank.metrics._metric import PRDC
+from distrank.metrics.prdc._scores import prdc
 
 
 def _naeem(real, fake, k):
@@ -205,8 +205,8 @@ def test_small_client_is_fine_for_recall_alone():
 @pytest.mark.parametrize("metrics", [["precision", "density"], ["recall"]])
 def test_products_need_the_pooled_and_the_model_blocks(metrics):
     """KD's sums come from PRDC's products only when PRDC forms all of them."""
-    from distrank.metrics.kd.sums import SumsBuilder
-    from distrank.metrics.kernels import make_kernel
+    from distrank.metrics._kernels import make_kernel
+    from distrank.metrics.kd._sums import SumsBuilder
 
     rng = np.random.default_rng(5)
     x, y = rng.normal(size=(40, 3)), rng.normal(size=(30, 3))

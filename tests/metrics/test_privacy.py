@@ -12,15 +12,16 @@ from scipy import integrate, optimize
 from scipy.stats import norm
 from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 
-from distrank.metrics import kernel_distance, score
-from distrank.metrics.kd.privacy import (
+from distrank.metrics import score
+from distrank.metrics._privacy import client_budget, epsilon_spent, noise_multiplier
+from distrank.metrics.kd import kernel_distance
+from distrank.metrics.kd._privacy import (
     SUM_SENSITIVITY,
     distributed_noise,
     kd_sensitivity,
     private_scores,
     release_kd,
 )
-from distrank.metrics.privacy import client_budget, epsilon_spent, noise_multiplier
 
 RNG = np.random.default_rng(20240613)
 

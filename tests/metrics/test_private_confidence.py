@@ -11,9 +11,9 @@ import pytest
 from scipy import stats
 
 from distrank.clients import client_weights
-from distrank.metrics.kd.privacy import avg_noise_std, release_kd
-from distrank.metrics.privacy import client_budget, noise_multiplier
-from distrank.metrics.sketch import confidence as conf
+from distrank.metrics._privacy import client_budget, noise_multiplier
+from distrank.metrics.kd._privacy import avg_noise_std, release_kd
+from distrank.metrics.sketch import _confidence as conf
 
 SIZES = np.array([25, 30, 35])
 NAMES = ["a", "b", "c", "d"]

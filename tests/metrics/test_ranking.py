@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distrank.metrics.ranking import tau_b
-from distrank.metrics.table import kendall_tau
+from distrank.metrics._ranking import tau_b
+from distrank.metrics._table import kendall_tau
 
 RNG = np.random.default_rng(3)
 

@@ -1,12 +1,13 @@
-"""Many partitions of one pool from shared sums (distrank.metrics.reaggregate), against
+"""Many partitions of one pool from shared sums (distrank.metrics._reaggregate), against
 distrank.metrics.score run on each partition afresh."""
 
 import numpy as np
 import pytest
 
 from distrank.clients import common_refinement
-from distrank.metrics import kernel_sums, make_kernel, score
-from distrank.metrics.reaggregate import score_partitions
+from distrank.metrics import make_kernel, score
+from distrank.metrics._reaggregate import score_partitions
+from distrank.metrics.kd import kernel_sums
 
 KEYS = ["model", "metric", "aggregation", "client"]
 
@@ -118,7 +119,7 @@ def test_small_blocks_give_the_same_scores(monkeypatch):
     FD sums over 50 rows, KD kernel and one-hot blocks of 64 rows): the values of
     scoring each partition afresh."""
     from distrank import _arrays
-    from distrank.metrics.fd import partitions
+    from distrank.metrics.fd import _partitions as partitions
 
     monkeypatch.setattr(_arrays, "BLOCK_ELEMENTS", 2**17)  # 256 rows a block
     monkeypatch.setattr(partitions, "_FD_BLOCK", 50)

@@ -232,8 +232,8 @@ def test_fd_in_chunks_of_models_and_clients_gives_the_same_values(monkeypatch):
     """One model and one client at a time (the smallest chunks) and all at once agree
     bit for bit: memory, not the arithmetic, changes (client 0 has fewer rows than
     features: its rows are held, the others' covariances)."""
-    from distrank.metrics import scoring
-    from distrank.metrics.fd import family as fd_family
+    from distrank.metrics import _scoring as scoring
+    from distrank.metrics.fd import _family as fd_family
 
     rng = np.random.default_rng(4)
     x, labels = rng.standard_normal((90, 5)), np.repeat([0, 1, 2], [4, 40, 46])
@@ -251,7 +251,7 @@ def test_fd_in_chunks_of_models_and_clients_gives_the_same_values(monkeypatch):
 def test_kd_from_prdcs_products_is_kd_from_its_own(federation, monkeypatch, dtype, kernel, params):
     """With PRDC in the call, KD's sums come from PRDC's products (kernel_sums is not
     called), and every value is bit for bit that of scoring the families apart."""
-    from distrank.metrics.kd import sums as kd
+    from distrank.metrics.kd import _sums as kd
 
     x, clients, models = federation
     opts = {"kernel": kernel, "kernel_params": params, "dtype": dtype, "block_size": 64}
@@ -286,9 +286,9 @@ def test_the_pooled_values_alone_are_the_all_rows_bit_for_bit(federation, option
     """``pooled_of`` (a client's scores, the pipeline's centralized ``all``) asks the families
     for their pooled values only -- FD computes no client distance, PRDC no client radius --
     and gets the ``all`` rows of the whole table exactly, with no table built."""
-    from distrank.metrics import scoring
-    from distrank.metrics.fd import frechet
-    from distrank.metrics.options import score_options
+    from distrank.metrics import _scoring as scoring
+    from distrank.metrics._options import score_options
+    from distrank.metrics.fd import _frechet as frechet
 
     x, clients, models = federation
     inputs = scoring.prepare(x, clients, models, score_options(options))
@@ -312,8 +312,8 @@ def test_the_pooled_values_alone_are_the_all_rows_bit_for_bit(federation, option
 
 
 def test_score_client_normalises_its_options_once_and_builds_no_table(federation, monkeypatch):
-    from distrank.metrics import options as options_module
-    from distrank.metrics import scoring
+    from distrank.metrics import _options as options_module
+    from distrank.metrics import _scoring as scoring
 
     x, clients, models = federation
     expected = client_scores(x[clients == "rome"], models["sharp"], dtype="float64")

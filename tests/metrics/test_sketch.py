@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 from scipy.spatial.distance import cdist
 
-from distrank.metrics.sketch import maps as sketch
+from distrank.metrics.sketch import _maps as sketch
 
 H = 3.0
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from distrank.metrics.privacy import noise_multiplier
-from distrank.metrics.sketch import confidence as conf
-from distrank.metrics.sketch.maps import FeatureMap, Sketch, sketch_kd
+from distrank.metrics._privacy import noise_multiplier
+from distrank.metrics.sketch import _confidence as conf
+from distrank.metrics.sketch._maps import FeatureMap, Sketch, sketch_kd
 
 D = 256
 

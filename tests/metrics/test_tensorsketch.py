@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from distrank.metrics.sketch.tensorsketch import TensorSketchMap, tensorsketch_kd
+from distrank.metrics.sketch._tensorsketch import TensorSketchMap, tensorsketch_kd
 
 
 def poly(a, b, gamma, coef0=1.0):

@@ -25,7 +25,7 @@ from distrank.config import check, check_file
 from distrank.data.download import fetch
 from distrank.data.transfer import DownloadError
 from distrank.features.cache import load_features
-from distrank.metrics.score_files import score_client_file
+from distrank.metrics._score_files import score_client_file
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = yaml.safe_load((REPO / "tests/e2e/tiny.yaml").read_text())

@@ -14,8 +14,8 @@ import pytest
 from textkit import html_tables
 
 from distrank.clients import average, client_weights
-from distrank.metrics.metric import SAFE, Metric, Rows
-from distrank.metrics.registry import register, unregister
+from distrank.metrics._metric import SAFE, Metric, Rows
+from distrank.metrics._registry import register, unregister
 from distrank.report.client_sections import client_average
 from distrank.report.html import build_report
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrank.metrics.table import flipped_pairs
+from distrank.metrics._table import flipped_pairs
 from distrank.report.verdicts import ROUNDING_ULPS, consistency, rounding_level
 
 

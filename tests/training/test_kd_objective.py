@@ -1,11 +1,11 @@
-"""The differentiable KD (metrics.kd.sums.KDObjective) and the FedSGD gradient identity."""
+"""The differentiable KD (metrics.kd._sums.KDObjective) and the FedSGD gradient identity."""
 
 import numpy as np
 import pytest
 import torch
 
-from distrank.metrics.kd.sums import KDObjective, kernel_sums
-from distrank.metrics.kernels import make_kernel
+from distrank.metrics._kernels import make_kernel
+from distrank.metrics.kd._sums import KDObjective, kernel_sums
 from distrank.training.mmd import feature_gradient
 
 KERNELS = [

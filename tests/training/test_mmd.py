@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from distrank.metrics.kd.sums import KDObjective
-from distrank.metrics.kernels import make_kernel
+from distrank.metrics._kernels import make_kernel
+from distrank.metrics.kd._sums import KDObjective
 from distrank.training.mmd import Lite0Embedding, finetune_mmd, latent_batches
 from distrank.zoo import sample
 from distrank.zoo.cgan import train_cgan

@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent("""
                                    local_steps=1, batch_size=8, checkpoint_dir=folder,
                                    threads=1, server_momentum=0.5 * (trainer[6] == "m"), **net)
     else:
-        from distrank.metrics.kernels import make_kernel
+        from distrank.metrics._kernels import make_kernel
         from distrank.training.mmd import finetune_mmd
         from distrank.zoo.families import to_float
         from distrank.zoo.cgan import train_cgan

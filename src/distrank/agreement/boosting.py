@@ -87,7 +87,7 @@ def boosting_pairs(
     every :math:`k` read from one fit of ``2 max(ks)`` rounds.
 
     Columns: ``data, resource (k), pair``, the midpoint terms, ``mse_g1, mse_g2``
-    (MSEs after :math:`2k` rounds), the :func:`lemma_bound` terms, ``R_B`` (the Bayes
+    (MSEs after :math:`2k` rounds), the ``lemma_bound`` terms, ``R_B`` (the Bayes
     risk, NaN where unknown), ``bound_bayes``
     (:math:`2(\mathrm{MSE}(f_1) - R_B) + 2(\mathrm{MSE}(f_2) - R_B)`) and ``oracle_gap``
     (test minus training MSE,

@@ -283,7 +283,7 @@ def learning_curve_pairs(
     every resource. Per pair and resource :math:`p` the row holds :func:`loss_terms`
     of the two :math:`p`-models (risks of :math:`f_1, f_2, \bar f`, :math:`D`, the
     midpoint bound and, for squared loss, the identity residual) and the
-    :func:`lemma_bound` terms from the same runs' :math:`2p`-models.
+    ``lemma_bound`` terms from the same runs' :math:`2p`-models.
 
     Parameters
     ----------

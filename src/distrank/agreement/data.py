@@ -107,7 +107,7 @@ POPULATIONS = ("friedman1", "diabetes", "digits_onehot", "digits_binary")
 
 
 def population(name: str, *, n_eval: int, seed: int) -> Population:
-    """The population called ``name`` (one of :data:`POPULATIONS`); ``n_eval`` and
+    """The population called ``name`` (one of ``POPULATIONS``); ``n_eval`` and
     ``seed`` fix the evaluation sample of ``friedman1`` and are unused otherwise."""
     if name == "friedman1":
         return friedman1(n_eval=n_eval, seed=seed)

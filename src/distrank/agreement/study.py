@@ -150,11 +150,11 @@ def run_family(family: str, settings: Mapping, *, seed: int) -> Tables:
     Parameters
     ----------
     family : str
-        A key of :data:`FAMILIES`.
+        A key of ``FAMILIES``.
     settings : Mapping
         The family's config section: exactly its keys, and optionally ``enabled``.
     seed : int
-        The study's seed; family ``i`` of :data:`FAMILIES` draws from ``[seed, i, ...]``.
+        The study's seed; family ``i`` of ``FAMILIES`` draws from ``[seed, i, ...]``.
 
     Returns
     -------
@@ -183,12 +183,12 @@ def write_family(
     figures: str | os.PathLike[str],
 ) -> dict[str, Path]:
     """Write ``<results>/<stem>.{csv,md,tex}``, ``<results>/<stem>_pairs.csv`` and
-    ``<figures>/<stem>.{pdf,png}`` (``stem`` from :data:`FAMILIES`), atomically.
+    ``<figures>/<stem>.{pdf,png}`` (``stem`` from ``FAMILIES``), atomically.
 
     Parameters
     ----------
     family : str
-        A key of :data:`FAMILIES`.
+        A key of ``FAMILIES``.
     pairs, summary : pandas.DataFrame
         The pairs and summary tables of :func:`run_family`.
     fig : matplotlib.figure.Figure

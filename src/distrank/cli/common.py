@@ -117,7 +117,7 @@ def cpu_threads(n: int | None):
     """At most ``n`` CPU threads for torch and every loaded BLAS/OpenMP library, restored
     on exit (``None``: unchanged). BLAS threads on a core another process holds slow
     every product, so a job should use the cores it holds (FD runs ``n`` one-thread
-    eigenproblems at once: ``metrics.fd.frechet.one_thread_each``)."""
+    eigenproblems at once: ``metrics.fd._frechet.one_thread_each``)."""
     if n is None:
         yield
         return
@@ -174,7 +174,7 @@ def _number(text: str, ok, expected: str) -> float:
 
 
 def epsilon_value(text: str) -> float:
-    """An epsilon of a Gaussian release, within ``metrics.privacy.EPSILON_RANGE``."""
+    """An epsilon of a Gaussian release, within ``metrics._privacy.EPSILON_RANGE``."""
     from distrank._checks import EPSILON_RANGE
 
     low, high = EPSILON_RANGE
@@ -201,7 +201,7 @@ def positive(text: str) -> int:
 
 
 def print_confidence(confidence) -> None:
-    """Print, per ranking of a confidence record (``metrics.sketch.confidence``), how
+    """Print, per ranking of a confidence record (``metrics.sketch._confidence``), how
     sure the whole order is and every adjacent pair the noise leaves unresolved."""
     for agg, whole in confidence["order"].items():
         open_ = [p for p in confidence["pairs"] if p["aggregation"] == agg and not p["resolved"]]

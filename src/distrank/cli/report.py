@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from distrank.metrics.table import read
+    from distrank.metrics._table import read
     from distrank.report.html import write_report
 
     table, meta = read(args.scores)

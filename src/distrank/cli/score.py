@@ -1,10 +1,10 @@
 """``distrank score``: score models against client-split reference data.
 
 Inputs -> features (:func:`distrank.features.inputs.scoring_inputs`) -> scores
-(``metrics.score``, or ``metrics.kd.privacy.private_scores`` with ``--private``; with
-``--intervals``, ``metrics.bootstrap.with_intervals``) -> the table's file
-(``metrics.table.write``, or ``report.summary.write_markdown``) and a summary. The scoring
-options' flags are made from their declarations (``metrics.options.specs``: a metric's
+(``metrics.score``, or ``metrics.kd._privacy.private_scores`` with ``--private``; with
+``--intervals``, ``metrics._bootstrap.with_intervals``) -> the table's file
+(``metrics._table.write``, or ``report.summary.write_markdown``) and a summary. The scoring
+options' flags are made from their declarations (``metrics._options.specs``: a metric's
 own option, a plugin's included, is a flag here without a line of this module).
 """
 
@@ -26,7 +26,7 @@ from distrank.cli.common import (
     open_unit,
     print_confidence,
 )
-from distrank.metrics.registry import METRICS
+from distrank.metrics._registry import METRICS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,9 +81,9 @@ def add_model_argument(g) -> None:
 
 
 def add_metric_arguments(p: argparse.ArgumentParser) -> None:
-    """One argument per scoring option (``metrics.options.specs``: the shared ones and every
+    """One argument per scoring option (``metrics._options.specs``: the shared ones and every
     registered metric's), its default, choices and help the option's."""
-    from distrank.metrics.options import specs
+    from distrank.metrics._options import specs
 
     options = specs()
     g = p.add_argument_group("metrics (defaults: distrank.metrics.ScoreOptions')")
@@ -125,10 +125,10 @@ def _typed(option) -> dict:
 
 
 def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
-    from distrank.metrics.bootstrap import bootstrap_scores
+    from distrank.metrics._bootstrap import bootstrap_scores
 
     d = library_defaults(bootstrap_scores)
-    g = p.add_argument_group("private scores and intervals (distrank.metrics.privacy, .bootstrap)")
+    g = p.add_argument_group("private scores and intervals (distrank.metrics._privacy, .bootstrap)")
     g.add_argument(
         "--private",
         type=float,
@@ -164,7 +164,7 @@ def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
-    from distrank.metrics.table import FORMATS
+    from distrank.metrics._table import FORMATS
 
     g = p.add_argument_group("output")
     g.add_argument(
@@ -187,7 +187,7 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def score_options(args):
     """The ``ScoreOptions`` of the metric arguments."""
-    from distrank.metrics.options import ScoreOptions
+    from distrank.metrics._options import ScoreOptions
 
     return ScoreOptions(
         **{name: getattr(args, name) for name in ScoreOptions.names() if name != "kernel_params"},
@@ -197,7 +197,7 @@ def score_options(args):
 
 def run(args) -> int:
     from distrank.features.inputs import scoring_inputs
-    from distrank.metrics.table import FORMAT, FORMATS, write
+    from distrank.metrics._table import FORMAT, FORMATS, write
     from distrank.report.summary import summary, write_markdown
 
     if args.private is not None and args.intervals is not None:
@@ -226,7 +226,7 @@ def run(args) -> int:
         write(table, args.out, meta, fmt)
     print(summary(table))
     if "confidence" in meta:
-        from distrank.metrics.sketch.confidence import confidence_path, write_confidence
+        from distrank.metrics.sketch._confidence import confidence_path, write_confidence
 
         write_confidence(meta, args.out)
         print_confidence(meta["confidence"])
@@ -260,12 +260,12 @@ def scored(inputs, options, meta: dict, args):
 
 
 def private(inputs, options, meta: dict, args):
-    """``--private``: ``distrank.metrics.kd.privacy.private_scores``, its budget and noise in
+    """``--private``: ``distrank.metrics.kd._privacy.private_scores``, its budget and noise in
     ``meta``, and the confidence of its ranking
-    (``distrank.metrics.sketch.confidence.private_confidence``)."""
+    (``distrank.metrics.sketch._confidence.private_confidence``)."""
     from distrank._checks import EPSILON_RANGE
-    from distrank.metrics.kd.privacy import private_scores
-    from distrank.metrics.sketch.confidence import LEVEL, private_confidence
+    from distrank.metrics.kd._privacy import private_scores
+    from distrank.metrics.sketch._confidence import LEVEL, private_confidence
 
     low, high = EPSILON_RANGE
     if not low <= args.private <= high:  # NaN fails too
@@ -283,7 +283,7 @@ def private(inputs, options, meta: dict, args):
     )
     meta["options"] = options.as_dict()
     meta["privacy"] = {
-        "mechanism": "Gaussian, per client and model (distrank.metrics.kd.privacy)",
+        "mechanism": "Gaussian, per client and model (distrank.metrics.kd._privacy)",
         "epsilon": budget.epsilon,
         "delta": budget.delta,
         "n_releases": budget.n_releases,
@@ -303,8 +303,8 @@ def private(inputs, options, meta: dict, args):
 
 
 def intervals(table, inputs, options, meta: dict, args):
-    """``--intervals N``: columns low and high (``distrank.metrics.bootstrap``)."""
-    from distrank.metrics.bootstrap import with_intervals
+    """``--intervals N``: columns low and high (``distrank.metrics._bootstrap``)."""
+    from distrank.metrics._bootstrap import with_intervals
 
     table = _on_inputs(
         partial(with_intervals, table),
@@ -316,7 +316,7 @@ def intervals(table, inputs, options, meta: dict, args):
     )
     meta["intervals"] = {
         "method": "percentile bootstrap: reference rows within clients, generated rows "
-        "per model (distrank.metrics.bootstrap)",
+        "per model (distrank.metrics._bootstrap)",
         "n_resamples": args.intervals,
         "confidence_level": args.confidence_level,
     }

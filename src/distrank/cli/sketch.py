@@ -1,5 +1,5 @@
 """Private sketches across sites: ``map`` and ``plan`` at the coordinator, ``sketch`` at
-each site, ``rank`` at the coordinator (:mod:`distrank.metrics.sketch.maps`).
+each site, ``rank`` at the coordinator (:mod:`distrank.metrics.sketch`).
 
     distrank map --model A=samples/A ... --dim 4096 --seed 1 --out map.json
     distrank plan --map map.json --model A=samples/A ... --sizes 200 200 5 --epsilon 1 \\
@@ -12,7 +12,7 @@ The coordinator makes the public map from public inputs (the models' samples: th
 median heuristic, recorded) and sends it to the sites; each site sends its sketch file
 (D numbers and metadata) once; the coordinator scores any model from the sketches, now
 or later, without sending models to the sites, and writes per adjacent pair the gap, its
-noise std and how surely the noise leaves its order (:mod:`distrank.metrics.sketch.confidence`).
+noise std and how surely the noise leaves its order (:mod:`distrank.metrics.sketch`).
 The table holds ``kd_sketch`` (KD of the sketched rbf kernel, unbiased) per site
 (``client``), averaged (``avg``) and from the pooled sketch (``all``), as ``distrank
 score`` writes it; ``distrank report`` reads it.
@@ -88,7 +88,7 @@ def run_map(args) -> int:
     import numpy as np
 
     from distrank._io import atomic_write_bytes
-    from distrank.metrics.kernels import median_bandwidth
+    from distrank.metrics._kernels import median_bandwidth
 
     dims = {y.shape[1] for y, _ in models.values()}
     if len(dims) != 1:
@@ -191,7 +191,7 @@ def run(args) -> int:
 
     import numpy as np
 
-    from distrank.metrics.sketch.maps import FeatureMap, Sketch, release_sketch, save
+    from distrank.metrics.sketch._maps import FeatureMap, Sketch, release_sketch, save
 
     extractor = made["extractor"] or args.extractor or _default_extractor()
     with input_features(_with(args, extractor=extractor)) as features:
@@ -282,7 +282,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_sketches(paths: list[Path]) -> dict:
     """site -> Sketch of the files, checked (names, maps and extractors agree)."""
-    from distrank.metrics.sketch.maps import check_compatible, load
+    from distrank.metrics.sketch._maps import check_compatible, load
 
     sites, files = {}, {}
     for path in paths:
@@ -321,8 +321,8 @@ def run_rank(args) -> int:
         if meta.get("weights") not in (None, first.get("weights")) and first.get("weights"):
             raise InputError(f"--model {name}: field 'weights' differs from the sketches'")
         models[name] = features
-    from distrank.metrics.sketch.confidence import rank_sketches, write_confidence
-    from distrank.metrics.table import FORMAT, write
+    from distrank.metrics._table import FORMAT, write
+    from distrank.metrics.sketch._confidence import rank_sketches, write_confidence
 
     table, meta = rank_sketches(sites, models, args.level)
     meta = {"format": FORMAT} | meta
@@ -338,13 +338,13 @@ def run_rank(args) -> int:
 
 
 def _format(args) -> str:
-    from distrank.metrics.table import FORMATS
+    from distrank.metrics._table import FORMATS
 
     return args.format or FORMATS.get(args.out.suffix.lower(), "csv")
 
 
 def _print(table, confidence, out) -> None:
-    from distrank.metrics.sketch.confidence import confidence_path
+    from distrank.metrics.sketch._confidence import confidence_path
     from distrank.report.summary import summary
 
     print(summary(table))
@@ -386,8 +386,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_plan(args) -> int:
-    from distrank.metrics.sketch.confidence import plan, released_std
-    from distrank.metrics.sketch.maps import FeatureMap
+    from distrank.metrics.sketch._confidence import plan, released_std
+    from distrank.metrics.sketch._maps import FeatureMap
 
     if args.secure_threshold is not None and args.secure_threshold > len(args.sizes):
         raise UsageError(

@@ -8,7 +8,7 @@ md5s published in the zalandoresearch/fashion-mnist README.
 
 The Debian package recompresses the files, so its ``.gz`` md5s differ from the
 published ones; the decompressed IDX bytes are identical. The loader therefore
-checks the md5 of the *decompressed* data (:data:`RAW_MD5`), which identifies
+checks the md5 of the *decompressed* data (``RAW_MD5``), which identifies
 the dataset whichever copy it came from.
 """
 
@@ -105,7 +105,7 @@ def load_fashion_mnist(
     download : bool
         Whether fetching them is allowed.
     verify : bool
-        Check the decompressed data against :data:`RAW_MD5` (turn off only for
+        Check the decompressed data against ``RAW_MD5`` (turn off only for
         files that are not the real dataset, such as test fixtures).
 
     Returns

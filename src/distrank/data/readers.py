@@ -223,10 +223,10 @@ def stack_images(files, decoded, *, hint: str = "") -> np.ndarray:
 def decode_image(file: Path, mode: str | None) -> np.ndarray:
     """uint8 (H, W, C) pixels of an 8-bit image file in PIL ``mode`` "L" (C = 1) or "RGB"
     (C = 3; alpha and palettes dropped); ``mode`` None keeps a grayscale file
-    (:data:`GRAY_MODES`) at one channel and turns the rest into RGB.
+    (``GRAY_MODES``) at one channel and turns the rest into RGB.
 
     A file PIL cannot decode (truncated, not an image, absurdly large) and an image of
-    more than 8 bits a channel (:data:`WIDE_MODES`) are ValueErrors naming the file.
+    more than 8 bits a channel (``WIDE_MODES``) are ValueErrors naming the file.
     """
     from PIL import Image
 

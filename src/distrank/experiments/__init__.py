@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from distrank.metrics.metric import METRIC_KEYS
-from distrank.metrics.registry import DISPLAY, display
+from distrank.metrics._metric import METRIC_KEYS
+from distrank.metrics._registry import DISPLAY, display
 
 __all__ = [
     "EXPERIMENTS",
@@ -281,9 +281,9 @@ def collected(inputs: Mapping, context: Mapping) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        The tidy table of :func:`~distrank.metrics.score_files.collect`.
+        The tidy table of ``collect``.
     """
-    from distrank.metrics.score_files import collect
+    from distrank.metrics._score_files import collect
 
     return collect(inputs["avg"], inputs["all"], context["models"])
 
@@ -365,7 +365,7 @@ def run_rule(rule: str, job: Job) -> None:
 
 def named_on(table: pd.DataFrame, extractor: str | None) -> pd.DataFrame:
     """``table`` with its metrics named as on ``extractor``'s features
-    (:func:`~distrank.metrics.registry.display`): on Inception-v3, FD and KD columns
+    (``display``): on Inception-v3, FD and KD columns
     (``FD_all``, ``KD_gap``) and the cells ``FD``/``KD`` (or ``fd``/``kd``) of a
     ``metric`` column become FID and KID; on any other network ``table`` is unchanged.
 

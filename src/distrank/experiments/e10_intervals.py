@@ -8,12 +8,12 @@ is positive at the point estimate; the pair is *separated* at the confidence lev
 when its whole interval is above 0. Kendall tau-b(avg, all) gets its interval too:
 KD's is exactly [1, 1], since Theorem 1 holds in every resample.
 
-Resampling (``distrank.metrics.bootstrap``): each client's reference rows within
+Resampling (``distrank.metrics._bootstrap``): each client's reference rows within
 the client and each model's generated rows, independently; percentile intervals.
 KD's resamples are re-weightings of its kernel blocks (``n_resamples.kd``, e.g.
 1000); FD and PRDC rescore every resample (``n_resamples.fd``, ``.prdc``: as many
 as the budget allows, stated in every row), copies of rows included, so their
-intervals can be offset from the point estimates (see ``distrank.metrics.bootstrap``).
+intervals can be offset from the point estimates (see ``distrank.metrics._bootstrap``).
 The centralized pre-step (:func:`write_bootstrap_tables`) reads the pooled reference
 and writes every pair's interval; :func:`e10_table` and :func:`e10_figure` select and
 draw.
@@ -30,9 +30,9 @@ import pandas as pd
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import metric_name, new_figure, paper_style
-from distrank.metrics.metric import PRDC
-from distrank.metrics.options import score_options
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, display
+from distrank.metrics._metric import PRDC
+from distrank.metrics._options import score_options
+from distrank.metrics._registry import HIGHER_IS_BETTER, METRICS, display
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -97,15 +97,15 @@ def bootstrap_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Intervals of every model pair's difference (``all`` and ``avg``) and of tau.
 
-    ``options`` (:class:`~distrank.metrics.options.ScoreOptions` or a mapping of them,
+    ``options`` (:class:`~distrank.metrics.ScoreOptions` or a mapping of them,
     with ``changes``) say what is scored; ``seed`` also seeds the resampling. KD, FD
     and the PRDC metrics are bootstrapped separately with ``n_resamples["kd"]``,
     ``["fd"]``, ``["prdc"]`` resamples (each from ``numpy.random.default_rng(seed)``);
-    the tables are those of :func:`distrank.metrics.bootstrap.pairwise_intervals`,
+    the tables are those of ``pairwise_intervals``,
     concatenated.
     """
-    from distrank.metrics.bootstrap import bootstrap_scores, pairwise_intervals, pairwise_summary
-    from distrank.metrics.options import score_options
+    from distrank.metrics._bootstrap import bootstrap_scores, pairwise_intervals, pairwise_summary
+    from distrank.metrics._options import score_options
 
     opts = score_options(options, **changes)
     metrics = opts.metrics
@@ -151,7 +151,7 @@ def write_bootstrap_tables(
     """
     from distrank.clients import UNASSIGNED, load_manifest
     from distrank.features.cache import load_features
-    from distrank.metrics.options import score_options
+    from distrank.metrics._options import score_options
     from distrank.zoo import torch_session
 
     options = score_options(metrics_config, metrics=tuple(metrics), seed=seed)

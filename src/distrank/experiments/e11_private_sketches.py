@@ -2,7 +2,7 @@ r"""E11 (beyond the paper): one private kernel mean sketch per site ranks the wh
 
 KD is :math:`\|\mu_P - \mu_G\|^2`; with D random Fourier features each site publishes its
 mean sketch :math:`s_i` once and the server scores every model from the pooled
-:math:`s = \sum_i \lambda_i s_i` (:mod:`distrank.metrics.sketch.maps`). On E9's zoo, partition
+:math:`s = \sum_i \lambda_i s_i` (:mod:`distrank.metrics.sketch`). On E9's zoo, partition
 and clients (E9's subsample of ``client_size`` rows of each), E11 measures
 
 - without noise, for each D of ``dims``: the largest relative error of sketch KD against
@@ -19,7 +19,7 @@ and clients (E9's subsample of ``client_size`` rows of each), E11 measures
   :math:`\sqrt{(2C)^2 + (2C^2)^2} = 2\sqrt{C^2 + C^4}`), the covariance projected to PSD,
   against FD_all of the unclipped rows. Each: P(whole ranking kept) with its
   Clopper-Pearson 95 % interval, P(best model kept), mean Kendall tau;
-- the bytes one site sends and receives under each protocol (:func:`bytes_per_site`).
+- the bytes one site sends and receives under each protocol (``bytes_per_site``).
 
 **Flips.** In both sketch protocols the pooled noise is :math:`\eta \sim \mathcal N(0,
 \sigma^2 I_D)` (a sum of independent isotropic Gaussians). Model G's score
@@ -40,7 +40,7 @@ the sites' budgets, v from the models' sketches), so each gap comes with an inte
 level c, and a pair is *resolved at level c* when :math:`|\tilde g| > z_c\, 2\sigma\|v\|`
 (then it is ordered against the noiseless sketch with probability at most (1 - c)/2).
 :func:`~distrank.experiments.sketch_forms.calibration` measures, per adjacent pair, protocol, epsilon and level of
-:data:`LEVELS`, the interval's coverage of the noiseless gap over the draws, its binomial
+``LEVELS``, the interval's coverage of the noiseless gap over the draws, its binomial
 standard error at the nominal level, and how often the pair is resolved, and resolved the
 wrong way (the ``_calibration`` table).
 """
@@ -67,7 +67,7 @@ from distrank.experiments.sketch_forms import (  # noqa: F401 -- E11's closed fo
     threshold,
 )
 from distrank.figures import new_figure, paper_style
-from distrank.metrics.ranking import tau_b
+from distrank.metrics._ranking import tau_b
 
 __all__ = ["check", "run", "sketch_scores", "agreement", "flip_probability", "bytes_per_site"]
 __all__ += ["clip_rows", "moment_sensitivity", "fd_from_moments", "e11_table", "e11_figure"]
@@ -105,7 +105,7 @@ def check(settings: Mapping, config: Mapping) -> None:
 
 
 def sketch_scores(pooled, n: int, models, model_sizes) -> np.ndarray:
-    """Sketch KD (:func:`distrank.metrics.sketch.maps.sketch_kd`) of each model, (..., M), from
+    """Sketch KD (:func:`distrank.metrics.sketch.sketch_kd`) of each model, (..., M), from
     pooled mean sketches ``pooled`` (..., D) of n rows and ``models`` (M, D) of m_G rows."""
     s, t = np.asarray(pooled, np.float64), np.asarray(models, np.float64)
     m = np.asarray(model_sizes, np.float64)
@@ -145,10 +145,10 @@ def _load(job: Job):
 
 def sketches_centralized(job: Job) -> None:
     """Pre-step ``e11_sketches_centralized``: the exact client and pooled KD of every model
-    (E9's :func:`kernel_inputs` at ``client_size``), and every client's and model's mean
-    sketch at the largest D (the others are nested: :func:`distrank.metrics.sketch.maps.truncate`)."""
-    from distrank.metrics.kernels import median_bandwidth
-    from distrank.metrics.sketch.maps import FeatureMap
+    (E9's ``kernel_inputs`` at ``client_size``), and every client's and model's mean
+    sketch at the largest D (the others are nested: ``truncate``)."""
+    from distrank.metrics._kernels import median_bandwidth
+    from distrank.metrics.sketch._maps import FeatureMap
     from distrank.zoo import torch_session
 
     reference, owner, tier, models, settings, seed = _load(job)
@@ -179,8 +179,8 @@ def fd_private(job: Job) -> None:
     moments without noise and with every site's noise (the k sites' Gaussians drawn as one
     of k times the variance; the outer products' noise symmetric, as a release of their
     upper triangle with off-diagonals times sqrt 2 gives), ``fd.n_draws`` per epsilon."""
-    from distrank.metrics.fd.frechet import frechet_distances, gaussian_stats
-    from distrank.metrics.privacy import noise_multiplier
+    from distrank.metrics._privacy import noise_multiplier
+    from distrank.metrics.fd._frechet import frechet_distances, gaussian_stats
     from distrank.zoo import torch_session
 
     reference, owner, tier, models, settings, seed = _load(job)
@@ -217,7 +217,7 @@ STEPS = {"e11_sketches_centralized": sketches_centralized, "e11_fd_private": fd_
 
 def _sketches(inputs: Mapping, dim: int):
     """The clients' sketches and the models' mean sketches (M, dim) at ``dim``."""
-    from distrank.metrics.sketch.maps import FeatureMap, Sketch, truncate
+    from distrank.metrics.sketch._maps import FeatureMap, Sketch, truncate
 
     full, h = inputs["client_sketches"].shape[1], float(inputs["bandwidth"])
     meta = FeatureMap(int(inputs["input_dim"]), full, h, int(inputs["seed"])).meta()
@@ -231,7 +231,7 @@ def _sketches(inputs: Mapping, dim: int):
 def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
     """Without noise, per D: the largest ``|sketch KD - KD_all| / KD_all`` over the models,
     whether the ranking is KD_all's, and Kendall tau (``inputs``: the pre-step's arrays)."""
-    from distrank.metrics.sketch.maps import pool
+    from distrank.metrics.sketch._maps import pool
 
     rows, kd_all = [], np.asarray(inputs["kd_all"])
     for dim in dims:
@@ -248,7 +248,7 @@ def exact_rows(inputs: Mapping, dims: Sequence[int]) -> list[dict]:
 
 def _noisy_pool(protocol: str, clients, *, epsilon, delta, n_draws, rng):
     """(n_draws, D) pooled sketches under ``protocol``, and their noise std."""
-    from distrank.metrics.sketch.maps import Sketch, pool, release_sketch, sketch_sum_std
+    from distrank.metrics.sketch._maps import Sketch, pool, release_sketch, sketch_sum_std
 
     if protocol == "sketch":  # each site's own release, then pooled
         batch = [
@@ -265,10 +265,10 @@ def private_rows(
     inputs: Mapping, *, epsilons: Sequence[float], delta: float, n_draws: int, seed: int
 ) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:
     """The two sketch protocols at the largest D, per epsilon: the draws' agreement with
-    KD_all, each adjacent pair's flip rate beside :func:`flip_probability` (noise from
+    KD_all, each adjacent pair's flip rate beside ``flip_probability`` (noise from
     ``default_rng([seed, 11, p, i])``, p = 1 local, 2 secure, i the epsilon's index), and
-    each adjacent pair's :func:`calibration` on the same draws."""
-    from distrank.metrics.sketch.maps import pool
+    each adjacent pair's ``calibration`` on the same draws."""
+    from distrank.metrics.sketch._maps import pool
 
     clients, models = _sketches(inputs, inputs["client_sketches"].shape[1])
     names, kd_all, m = inputs["models"], np.asarray(inputs["kd_all"]), inputs["model_sizes"]
@@ -307,7 +307,7 @@ def private_rows(
 
 
 def _calibration_rows(protocol, epsilon, pairs, names, scores, base, gap_std) -> pd.DataFrame:
-    """:func:`calibration` of the adjacent pairs' gaps (b's score minus a's), a row per
+    """``calibration`` of the adjacent pairs' gaps (b's score minus a's), a row per
     pair and level."""
     a, b = (np.array(side) for side in zip(*pairs))
     got = calibration(scores[:, b] - scores[:, a], base[b] - base[a], gap_std)
@@ -322,7 +322,7 @@ def _calibration_rows(protocol, epsilon, pairs, names, scores, base, gap_std) ->
 
 
 def score_rows(inputs: Mapping, *, weights: str, **e9_kw) -> list[dict]:
-    """E9's per-score release of the same client KD (:func:`e9_table`, E9's draws); its
+    """E9's per-score release of the same client KD (``e9_table``, E9's draws); its
     noise_std becomes that of KD_avg, sqrt(sum_i lambda_i^2 sigma_i^2), sigma_i ~ 1 / n_i."""
     from distrank.clients import client_weights
 

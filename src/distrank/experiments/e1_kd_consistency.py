@@ -22,10 +22,10 @@ import pandas as pd
 
 from distrank.experiments import Outputs, collected, zoo_scores
 from distrank.figures import e1_figure, e1_table, samples_grid
-from distrank.metrics.metric import METRIC_KEYS
-from distrank.metrics.ranking import discordant_pairs
-from distrank.metrics.registry import display
-from distrank.metrics.table import kendall_tau
+from distrank.metrics._metric import METRIC_KEYS
+from distrank.metrics._ranking import discordant_pairs
+from distrank.metrics._registry import display
+from distrank.metrics._table import kendall_tau
 
 __all__ = ["across_networks", "e1_figure", "e1_samples", "read_per_model", "run"]
 

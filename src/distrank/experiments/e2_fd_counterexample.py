@@ -42,7 +42,7 @@ The default :math:`s = T / b` minimises FD_avg over pure rescalings, so
 :math:`c^2 < 0`, :math:`s` is moved halfway to 1, repeatedly, until it is not.
 
 Only per-client and G1 Gaussian statistics are used; the FDs are evaluated with
-:func:`distrank.metrics.fd.frechet.frechet_distances`, the scorer's own implementation.
+:func:`distrank.metrics.fd.frechet_distances`, the scorer's own implementation.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank.clients import client_weights
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
@@ -196,7 +196,7 @@ def design_g2(
     weights : client weights, ``"size"`` (n_i / n) or ``"uniform"``.
     random_state : seed for the direction ``u`` of the free part of the shift.
     """
-    from distrank.metrics.fd.frechet import frechet_distances, gaussian_stats, pool_stats
+    from distrank.metrics.fd._frechet import frechet_distances, gaussian_stats, pool_stats
 
     reference = np.asarray(reference, dtype=np.float64)
     clients = np.asarray(clients)
@@ -275,7 +275,7 @@ def e2_table(scores: pd.DataFrame, *, g1: str = "G1", g2: str = "G2") -> pd.Data
     ``client``, ``FD_G1``, ``FD_G2``, ``FD_rel_diff`` ((G2 - G1) / G1), ``KD_G1``,
     ``KD_G2``, ``KD_rel_diff``.
     """
-    distrank.metrics.table.check(scores, ("fd", "kd"))
+    distrank.metrics._table.check(scores, ("fd", "kd"))
     rows = scores[scores["model"].isin([g1, g2]) & scores["metric"].isin(["fd", "kd"])].copy()
     for model in (g1, g2):
         if model not in set(rows["model"]):

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, metric_name, new_figure, paper_style, per_model
-from distrank.metrics.ranking import discordant_pairs
-from distrank.metrics.registry import display
+from distrank.metrics._ranking import discordant_pairs
+from distrank.metrics._registry import display
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -197,11 +197,11 @@ def e5_table(
         ["run", "round"], key=lambda c: c.map(order) if c.name == "run" else c, kind="mergesort"
     ).reset_index(drop=True)
     parts = [agreement.assign(checkpoints="all")]
-    wide = distrank.metrics.table.wide(scores, metrics)
+    wide = distrank.metrics._table.wide(scores, metrics)
     for run in RUNS:
         rows = wide["model"].map(lambda m: checkpoints[m][0] == run)  # noqa: B023
         parts.append(
-            distrank.metrics.table.rank_agreement(wide[rows], metrics).assign(checkpoints=run)
+            distrank.metrics._table.rank_agreement(wide[rows], metrics).assign(checkpoints=run)
         )
     agreement = pd.concat(parts, ignore_index=True)
     return table, agreement[["checkpoints", *agreement.columns.drop("checkpoints")]]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from distrank.experiments import Outputs, collected, zoo_scores
 from distrank.figures import e6_figure, e6_table
-from distrank.metrics.metric import PRDC
+from distrank.metrics._metric import PRDC
 
 __all__ = ["PRDC", "e6_figure", "run"]
 

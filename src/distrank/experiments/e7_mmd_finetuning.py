@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank.experiments import Job, Outputs, collected
 from distrank.figures import metric_label, new_figure, paper_style
-from distrank.metrics.metric import BANDWIDTH_KERNELS
-from distrank.metrics.registry import display
+from distrank.metrics._metric import BANDWIDTH_KERNELS
+from distrank.metrics._registry import display
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,7 +104,7 @@ def finetune(
     from distrank.clients import UNASSIGNED, load_manifest
     from distrank.data.images import load_images
     from distrank.features.cache import load_features, read_meta
-    from distrank.metrics.kernels import make_kernel, median_bandwidth
+    from distrank.metrics._kernels import make_kernel, median_bandwidth
     from distrank.training.evaluate import save_bundle
     from distrank.training.mmd import Lite0Embedding, embed_reference, finetune_mmd
     from distrank.zoo import load_state
@@ -218,7 +218,7 @@ def e7_table(
     every evaluation step (the untouched generator), so all four runs share the steps.
     Rows are ordered by method (FedSGD, FedAvg, centralized, none) and step.
     """
-    wide = distrank.metrics.table.wide(
+    wide = distrank.metrics._table.wide(
         scores[scores["model"].isin(list(models))], metrics
     ).set_index("model")
     start = [m for m, (method, _) in models.items() if method == "none"]

@@ -19,7 +19,7 @@ one number per partition (the same for every model). Theorem 1 predicts
 :math:`\tau = 1` for Recall; the other metrics need not agree.
 
 E8 is a simulation over partitions: one job scores every partition in both
-aggregations with the same engine, :func:`distrank.metrics.reaggregate.score_partitions`,
+aggregations with the same engine, :func:`distrank.metrics.score_partitions`,
 which forms the partition-free sums once. Partitions are drawn over blocks of
 ``block_rows`` rows of one class (the Dirichlet scheme of :mod:`distrank.clients`, in
 units of blocks), so that the blocks are a common refinement of every partition and
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank.clients import partition
 from distrank.experiments import Outputs, named_on
 from distrank.figures import metric_label, metric_name, new_figure, paper_style
-from distrank.metrics.metric import METRIC_KEYS
+from distrank.metrics._metric import METRIC_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -158,7 +158,7 @@ def partition_agreement(
     """Per partition and metric: Kendall tau(avg, all) over the models and the
     heterogeneity index (KD gap, mean over models; its max - min over models).
 
-    ``scores`` is the table of :func:`~distrank.metrics.reaggregate.score_partitions`
+    ``scores`` is the table of :func:`~distrank.metrics.score_partitions`
     (a ``partition`` column before the tidy score columns), ``meta`` that of
     :func:`draw_partitions`. Columns: ``partition, setting, alpha, seed, metric,
     kendall_tau, rank_flips, n_models, heterogeneity, heterogeneity_spread``.
@@ -172,7 +172,7 @@ def partition_agreement(
         raise ValueError("metrics: the heterogeneity index is the KD gap, so 'kd' is needed")
     rows = []
     for _, part in meta.iterrows():
-        wide = distrank.metrics.table.wide(
+        wide = distrank.metrics._table.wide(
             scores[scores["partition"] == part["partition"]], metrics
         )
         gap = wide["KD_avg"] - wide["KD_all"]
@@ -180,7 +180,7 @@ def partition_agreement(
         rounded = wide.assign(
             **{c: [float(f"{v:.{SIGNIFICANT_DIGITS}g}") for v in wide[c]] for c in values}
         )
-        agreement = distrank.metrics.table.rank_agreement(rounded, metrics)
+        agreement = distrank.metrics._table.rank_agreement(rounded, metrics)
         agreement = agreement.assign(
             partition=part["partition"],
             setting=part["setting"],
@@ -325,8 +325,8 @@ _STYLES = [
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
     from distrank.features.cache import load_features, load_labelled
-    from distrank.metrics.options import score_options
-    from distrank.metrics.reaggregate import score_partitions
+    from distrank.metrics._options import score_options
+    from distrank.metrics._reaggregate import score_partitions
 
     reference, labels = load_labelled(inputs["reference"])
     if labels is None:

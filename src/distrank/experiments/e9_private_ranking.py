@@ -1,7 +1,7 @@
 r"""E9: how often private clients still rank the zoo as centralized KD does.
 
 Every client releases its KD of each model through the Gaussian mechanism
-(``distrank.metrics.privacy``: bounded kernel, sensitivity :math:`4/n_i` for the U
+(``distrank.metrics._privacy``: bounded kernel, sensitivity :math:`4/n_i` for the U
 form, the client's :math:`(\varepsilon, \delta)` split over the M models it scores);
 the server ranks the models by the average of the noisy values. Without noise that
 ranking is exactly the KD_all ranking (Theorem 1), so every disagreement is the
@@ -11,8 +11,8 @@ of the partition, the same size for every client) and each epsilon, over
 the non-private KD_all ranking (with its Clopper-Pearson interval) and the mean
 Kendall tau-b between them.
 
-The centralized pre-step (:func:`kernel_inputs`) computes, once, the exact client
-and pooled KD of every model at every size; :func:`e9_table` adds the noise.
+The centralized pre-step (``kernel_inputs``) computes, once, the exact client
+and pooled KD of every model at every size; ``e9_table`` adds the noise.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import pandas as pd
 from distrank._io import atomic_open
 from distrank.experiments import Job, Outputs
 from distrank.figures import new_figure, paper_style
-from distrank.metrics.metric import FULL_SAMPLE_ESTIMATORS
+from distrank.metrics._metric import FULL_SAMPLE_ESTIMATORS
 
 if TYPE_CHECKING:  # matplotlib, torch, scipy and dp-accounting load in the jobs, not at DAG time
     from matplotlib.figure import Figure
 
-    from distrank.metrics.kd.sums import KernelSums
+    from distrank.metrics.kd._sums import KernelSums
 
 __all__ = [
     "check",
@@ -81,7 +81,7 @@ def check(settings: Mapping, config: Mapping) -> None:
 
 
 def run(inputs: Mapping, settings: Mapping, context: Mapping) -> Outputs:
-    from distrank.metrics.options import score_options
+    from distrank.metrics._options import score_options
 
     options = score_options(context["metrics"])  # the study's scoring options
     kd_inputs = read_kernel_inputs(inputs["kernel_inputs"])
@@ -138,9 +138,9 @@ def kernel_inputs(
     size gets the KD that ``kernel_sums`` would give on its rows alone. Returns size
     -> ``{"kd_client": (M, k), "kd_all": (M,), "client_sizes": (k,)}``.
     """
-    from distrank.metrics.kd.privacy import BOUNDED_KERNELS
-    from distrank.metrics.kd.sums import kernel_sums
-    from distrank.metrics.kernels import make_kernel
+    from distrank.metrics._kernels import make_kernel
+    from distrank.metrics.kd._privacy import BOUNDED_KERNELS
+    from distrank.metrics.kd._sums import kernel_sums
 
     if kernel not in BOUNDED_KERNELS:
         raise ValueError(f"kernel: E9 needs a bounded kernel {BOUNDED_KERNELS}, got {kernel!r}")
@@ -170,7 +170,7 @@ def kernel_inputs(
 
 def _merge(sums: KernelSums, groups: Sequence[Sequence[int]]) -> KernelSums:
     """The kernel sums of clients that are unions of the given groups of ``sums``."""
-    from distrank.metrics.kd.sums import KernelSums
+    from distrank.metrics.kd._sums import KernelSums
 
     xy = np.stack([sums.xy[:, g].sum(axis=1) for g in groups], axis=1)
     xx = np.array([[sums.xx[np.ix_(a, b)].sum() for b in groups] for a in groups])
@@ -197,16 +197,16 @@ def write_kernel_inputs(
     threads: int = 1,
     **options,
 ) -> None:
-    """The centralized pre-step: :func:`kernel_inputs` of the files, to one npz.
+    """The centralized pre-step: ``kernel_inputs`` of the files, to one npz.
 
     The bandwidth is the median heuristic on the features of model
     ``bandwidth_from`` (e.g. held-out real images), never on the clients' rows;
-    torch uses at most ``threads`` threads. ``options`` are :func:`kernel_inputs`'
+    torch uses at most ``threads`` threads. ``options`` are ``kernel_inputs``'
     (``sizes``, ``estimator``, ``dtype``, ``device``).
     """
     from distrank.clients import load_manifest
     from distrank.features.cache import load_features
-    from distrank.metrics.kernels import median_bandwidth
+    from distrank.metrics._kernels import median_bandwidth
     from distrank.zoo import torch_session
 
     models = {name: load_features(path) for name, path in model_paths.items()}
@@ -275,8 +275,8 @@ def e9_table(
     """One row per (client size, epsilon): agreement of private KD_avg with KD_all.
 
     ``kd_inputs`` maps a client size to ``kd_client`` (M, k), ``kd_all`` (M,) and
-    ``client_sizes`` (k,) (:func:`kernel_inputs`). Each of ``n_draws`` draws adds
-    every client's noise (:func:`distrank.metrics.kd.privacy.release_kd`, noise from
+    ``client_sizes`` (k,) (``kernel_inputs``). Each of ``n_draws`` draws adds
+    every client's noise (:func:`distrank.metrics.kd.release_kd`, noise from
     ``numpy.random.default_rng([seed, size, i])`` for the i-th epsilon), averages
     with the ``weights`` lambda_i, and compares the ranking with KD_all's:
     ``p_same_ranking`` (identical order of all M models; Clopper-Pearson 95 %
@@ -287,10 +287,10 @@ def e9_table(
     from scipy import stats
 
     from distrank.clients import client_weights
-    from distrank.metrics.kd.privacy import kd_sensitivity, release_kd
-    from distrank.metrics.privacy import client_budget
-    from distrank.metrics.ranking import tau_b
-    from distrank.metrics.registry import METRICS
+    from distrank.metrics._privacy import client_budget
+    from distrank.metrics._ranking import tau_b
+    from distrank.metrics._registry import METRICS
+    from distrank.metrics.kd._privacy import kd_sensitivity, release_kd
 
     counts = {len(arrays["kd_all"]) for arrays in kd_inputs.values()}
     if len(counts) != 1:

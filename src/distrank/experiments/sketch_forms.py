@@ -77,11 +77,11 @@ def moment_sensitivity(clip_norm: float) -> float:
 def fd_from_moments(s1, s2, n: int, models: Sequence) -> np.ndarray:
     """FD of each model (``GaussianStats``) against the Gaussian of the summed moments
     ``s1`` = sum x and ``s2`` = sum x x^T of n rows, its covariance (ddof 1) symmetrised
-    and projected to PSD (:func:`~distrank.metrics.fd.frechet.sqrt_factor` keeps its positive
+    and projected to PSD (``sqrt_factor`` keeps its positive
     eigenvalues)."""
     import torch
 
-    from distrank.metrics.fd.frechet import GaussianStats, frechet_distances, sqrt_factor
+    from distrank.metrics.fd._frechet import GaussianStats, frechet_distances, sqrt_factor
 
     mean = np.asarray(s1) / n
     cov = (np.asarray(s2) - n * np.outer(mean, mean)) / (n - 1)

@@ -172,7 +172,7 @@ def extract_to_file(
     out_npz : str or os.PathLike
         The feature file; its sidecar is ``<out_npz>.meta.json`` (:func:`meta_path`).
     extractor : Extractor
-        The feature network (:func:`~distrank.features.get_extractor`).
+        The feature network (``get_extractor``).
     batch_size : int, optional
         Images per forward pass (None: the extractor's default).
     extra_meta : dict, optional

@@ -10,7 +10,7 @@ Features are the global average pool of the last 1x1 conv block (1280
 channels), i.e. exactly the vector the ImageNet classifier ``_fc`` reads.
 Results on them are "FD/KD on EfficientNet-Lite0 features", never FID/KID.
 
-Preprocessing (:data:`PREPROCESSING`): grayscale repeated to RGB, bilinear
+Preprocessing (``PREPROCESSING``): grayscale repeated to RGB, bilinear
 resize (antialiased when shrinking) to 128 x 128, then ``(x - 127) / 128`` on
 values in [0, 255]: the normalisation the TensorFlow Lite models were trained
 with (``MEAN_RGB = 127``, ``STDDEV_RGB = 128`` in the official

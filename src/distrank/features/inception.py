@@ -71,7 +71,7 @@ FEATURE_DIM = 2048
 SIZE = 299
 
 #: The numpy preprocessing of the onnx backend (the torch backend's happens inside
-#: torch-fidelity's forward: :data:`INCEPTION_PREPROCESSING`).
+#: torch-fidelity's forward: ``INCEPTION_PREPROCESSING``).
 PREPROCESSING = Preprocessing(
     size=(SIZE, SIZE),
     interpolation="bilinear_tf1",

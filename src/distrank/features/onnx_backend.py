@@ -152,7 +152,7 @@ def export_reference(model, path, size: tuple[int, int]) -> dict[str, np.ndarray
 
 def export_checked(recipe: dict, path: str, size: list[int], check: str) -> None:
     """The child process's export (:mod:`distrank.features.torch_child`): build the
-    :class:`Recipe`'s module, export it to ``path`` and save its check to ``check``."""
+    ``Recipe``'s module, export it to ``path`` and save its check to ``check``."""
     import torch
 
     model = Recipe(**recipe).build()

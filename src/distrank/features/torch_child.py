@@ -11,7 +11,7 @@ runs on the CPU: once torch is imported it drops its clean pages of the CUDA lib
 memory stays below the import's peak. It ends with :func:`os._exit` once its files are
 written: torch's interpreter shutdown raises a process's peak by about 130 MB.
 
-A job is a function named like a :class:`Recipe`
+A job is a function named like a ``Recipe``
 (:func:`distrank.features.onnx_backend.export_checked`,
 :func:`distrank.features.preprocess.save_resize_matrix`): the same torch calls the caller
 would make itself, so their files are the same bytes. This module imports nothing of

@@ -15,7 +15,7 @@ Run config (``[tool.flwr.app.config]`` of the app, overridden by ``flwr run
     weights       size or uniform
     timeout       seconds to wait for all sites to connect and reply
 
-Every scoring option is read under its ``Option.key`` (``metrics.options.specs``), a
+Every scoring option is read under its ``Option.key`` (``metrics._options.specs``), a
 registered plugin metric's own included; the app's TOML declares the package's.
 
 Secure mode's keys are :data:`distrank.flower.secure.SECURE_CONFIG`.
@@ -34,7 +34,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from distrank.flower.messages import SiteReply, decode_reply, option_keys
-from distrank.metrics.options import ScoreOptions, package_specs, specs
+from distrank.metrics._options import ScoreOptions, package_specs, specs
 
 
 def _option_defaults(options) -> dict[str, object]:

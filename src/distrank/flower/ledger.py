@@ -4,7 +4,7 @@ Each release (a secure sum, a plain score reply, a plain sketch) is one Gaussian
 mechanism of noise multiplier z = 1 / mu: its blocks' stds over their sensitivities,
 composed (``flower.policy.Policy.spend``). Gaussian releases compose exactly into one
 of multiplier (sum_r z_r^-2)^-1/2, whose epsilon at the budget's delta
-``metrics.privacy.epsilon_spent`` gives. The site refuses a release that would take it
+``metrics._privacy.epsilon_spent`` gives. The site refuses a release that would take it
 past its ``budget-epsilon``. The ledger is a JSON-lines file that only grows, one per
 site (its policy's ``ledger``) across runs, federations, metrics, paths and restarts.
 Check and append happen under an exclusive lock on ``<ledger>.lock``, and the entry
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrank.metrics.privacy import epsilon_spent
+from distrank.metrics._privacy import epsilon_spent
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from distrank.metrics.options import specs
-from distrank.metrics.registry import METRICS
+from distrank.metrics._options import specs
+from distrank.metrics._registry import METRICS
 
 if TYPE_CHECKING:  # torch: not for the ClientApp processes that only pass messages
-    from distrank.metrics.sketch.maps import Sketch
+    from distrank.metrics.sketch._maps import Sketch
 
 
 def option_keys() -> tuple[str, ...]:
@@ -156,7 +156,7 @@ def decode_reply(content: RecordDict) -> SiteReply:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"reply of site {site_id!r}: n must be a positive int, got {n!r}")
     if "sketch" in content.array_records:
-        from distrank.metrics.sketch.maps import Sketch
+        from distrank.metrics.sketch._maps import Sketch
 
         meta = json.loads(str(site.get("sketch-meta", "{}")))
         mean = content["sketch"]["mean"].numpy()

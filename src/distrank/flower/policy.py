@@ -35,9 +35,9 @@ chooses or from its data (:meth:`Policy.secure_noise`, :meth:`Policy.plain_noise
 - the sensitivity of each released block to the replacement of one row, from the
   request's metrics, kernel (its range on the ball of ``feature-bound``, ``Kernel.range``),
   estimator and weights and the site's own ``feature-bound`` and ``min-rows``
-  (``metrics.family.SecureSum.sensitivity``); a block without one is refused under noise;
+  (``metrics._family.SecureSum.sensitivity``); a block without one is refused under noise;
 - the noise: the release's budget split equally over its B blocks (each block's std is
-  z sqrt(B) times its sensitivity, z = ``metrics.privacy.noise_multiplier``: the blocks
+  z sqrt(B) times its sensitivity, z = ``metrics._privacy.noise_multiplier``: the blocks
   compose exactly to one Gaussian mechanism of multiplier z); in a secure sum each
   site adds a 1 / (t - c) share of the variance, t the plan's threshold and c
   ``colluders``, so the honest sites of any sum the server can unmask add the whole;
@@ -183,8 +183,8 @@ class Policy:
         """The bounds of a release under ``options`` (a ``ScoreOptions``); Refused, before
         any data, when the models leave this site's ball, or a noised release's kernel
         is not one the policy accepts."""
-        from distrank.metrics.kernels import make_kernel
-        from distrank.metrics.registry import uses_kernel
+        from distrank.metrics._kernels import make_kernel
+        from distrank.metrics._registry import uses_kernel
 
         radius = self.feature_bound  # the ball of the site's rows and the models'
         for name, y in models.items():
@@ -218,7 +218,7 @@ class Policy:
         """Block -> the std of the noise this site adds ({} without noise): the policy's
         (epsilon, delta) split equally over the blocks (and ``rows`` when it is noised),
         a ``1 / share`` part of each block's variance. Refused for a block with no bound."""
-        from distrank.metrics.privacy import noise_multiplier
+        from distrank.metrics._privacy import noise_multiplier
 
         if not self.noisy:
             return {}
@@ -269,7 +269,7 @@ class Policy:
         delta) (in a secure sum, the honest sites' noise together). Refused past the
         budget. Returns the epsilon spent with it (0 without noise or ledger)."""
         from distrank.flower.ledger import Ledger
-        from distrank.metrics.privacy import noise_multiplier
+        from distrank.metrics._privacy import noise_multiplier
 
         if not self.noisy or self.ledger is None:
             return 0.0

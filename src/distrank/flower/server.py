@@ -10,7 +10,7 @@ replies (sorted by the site id each reports) writes the tidy table of
             or 1 / k (``"uniform"``), the package's client weights
     all     FD only, and only when every site shared its Gaussian statistics:
             FD(pool(N(mean_i, C_i)), N(mean_Y, C_Y)) with the exact pooled moments of
-            ``metrics.fd.frechet.pool_stats``, equal to FD_all on the pooled reference
+            ``metrics.fd._frechet.pool_stats``, equal to FD_all on the pooled reference
 
 (Wang et al., "Consistent Distributed Ranking of Generative Models via Kernel
 Distances", arXiv 2310.11714.) A site that does not reply in time, replies with
@@ -34,7 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from distrank.flower.federation import RunSettings, gather
 from distrank.flower.messages import SiteReply, encode_request
-from distrank.metrics.registry import models_free
+from distrank.metrics._registry import models_free
 
 app = ServerApp()
 
@@ -54,7 +54,7 @@ def federated_table(
     spread (``kd_std``) has no ``avg``.
     """
     from distrank.clients import client_groups
-    from distrank.metrics.table import from_values
+    from distrank.metrics._table import from_values
 
     if not replies:
         raise ValueError("replies: expected at least one site reply")
@@ -96,7 +96,7 @@ def _same_scores(ordered: Sequence[SiteReply]) -> dict:
 def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, device) -> dict:
     """Metric -> model -> ``all``, of each metric whose ``all`` comes from the sites'
     statistics (``Metric.pooled``), when every site shared them."""
-    from distrank.metrics.registry import METRICS
+    from distrank.metrics._registry import METRICS
 
     out, names = {}, list(ordered[0].scores)
     for metric in metrics:
@@ -117,7 +117,7 @@ def _pooled(ordered: Sequence[SiteReply], metrics, models: Mapping | None, devic
 def main(grid: Grid, context: Context) -> None:
     """Score every model at every site and write the table (and the report page)."""
     from distrank.features.cache import load_features
-    from distrank.metrics.table import write
+    from distrank.metrics._table import write
 
     if context.run_config.get("secure", False):  # the sum of the sites' vectors only
         from distrank.flower.secure import server
@@ -142,7 +142,7 @@ def main(grid: Grid, context: Context) -> None:
         table = federated_table(replies, models=models, weights=settings.weights)
     write(table, settings.out, meta, "csv")
     if sketching:
-        from distrank.metrics.sketch.confidence import write_confidence
+        from distrank.metrics.sketch._confidence import write_confidence
 
         write_confidence(meta, settings.out)
     log(
@@ -174,9 +174,9 @@ def sketch_table(replies: Sequence[SiteReply], models: Mapping, folder):
     """Sketch mode: each site's sketch saved to ``folder/<site>.sketch.npz`` (``distrank
     rank --sketch`` scores later models from them, without the sites), the table of
     ``models`` from them (unbiased) and its metadata: the map, the sites' privacy and the
-    confidence its noise leaves (``metrics.sketch.confidence.rank_sketches``)."""
-    from distrank.metrics.sketch.confidence import rank_sketches
-    from distrank.metrics.sketch.maps import save
+    confidence its noise leaves (``metrics.sketch._confidence.rank_sketches``)."""
+    from distrank.metrics.sketch._confidence import rank_sketches
+    from distrank.metrics.sketch._maps import save
 
     sites = {str(r.site): r.sketch for r in sorted(replies, key=lambda r: str(r.site))}
     folder.mkdir(parents=True, exist_ok=True)

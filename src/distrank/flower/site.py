@@ -31,7 +31,7 @@ from distrank.flower.messages import (
 )
 from distrank.flower.node import SiteConfig
 from distrank.flower.secure.site import attestation, guard_mod, policy_mod, prepare, share
-from distrank.metrics.registry import METRICS
+from distrank.metrics._registry import METRICS
 
 #: the only message types a site answers: Flower routes "train.<action>" and
 #: "query.<action>" to the same functions, past mods that act on the exact type only
@@ -89,9 +89,9 @@ def score_site(site: SiteConfig, request: RecordDict, run: int = 0, node: int = 
 def check_plain(policy, request: RecordDict):
     """(models, options, want_stats, path, block -> sensitivity ({} without noise)) of a
     plain request, from the request and the policy only; Refused or ValueError."""
-    from distrank.metrics.options import score_options
-    from distrank.metrics.registry import models_free
-    from distrank.metrics.sketch.family import SketchSum
+    from distrank.metrics._options import score_options
+    from distrank.metrics._registry import models_free
+    from distrank.metrics.sketch._family import SketchSum
 
     models, options, want_stats = decode_request(request)
     opts = score_options(options)
@@ -136,8 +136,8 @@ def released_rows(n: int, stds, rng) -> int:
 def site_sketch(x, opts, stds, n: int, rng):
     """Sketch mode: this site's mean sketch of the request's public map, released as the
     noised sum n_i s_i (sensitivity 2) over the released n."""
-    from distrank.metrics.sketch.family import feature_map
-    from distrank.metrics.sketch.maps import Sketch
+    from distrank.metrics.sketch._family import feature_map
+    from distrank.metrics.sketch._maps import Sketch
 
     made = feature_map(opts, x.shape[1]).sketch(x)
     if not stds:

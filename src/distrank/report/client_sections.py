@@ -2,7 +2,7 @@
 
 :func:`client_only_section`: for a table with client rows only (a federation that never
 pooled data), what the clients' scores do and do not tell about the centralized ranking,
-in the words of each metric's registered :class:`~distrank.metrics.metric.Metric`
+in the words of each metric's registered :class:`~distrank.metrics.Metric`
 (``agrees``, ``consistent``, ``provided``, ``pooled_from``); :func:`clients_section`:
 each client's scores, and whether the clients rank the models alike.
 """
@@ -15,16 +15,16 @@ import numpy as np
 import pandas as pd
 
 from distrank.clients import client_weights
-from distrank.metrics.metric import EXACT, NOT_GUARANTEED, SAFE
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, spread_keys
-from distrank.metrics.table import from_values
+from distrank.metrics._metric import EXACT, NOT_GUARANTEED, SAFE
+from distrank.metrics._registry import HIGHER_IS_BETTER, METRICS, spread_keys
+from distrank.metrics._table import from_values
 from distrank.report.markup import esc, named, section, table
 
 __all__ = ["agrees", "client_average", "client_only_section", "clients_section"]
 
 
 def agrees(metric: str) -> str:
-    """What ``metric``'s registered :class:`~distrank.metrics.metric.Metric` declares of
+    """What ``metric``'s registered :class:`~distrank.metrics.Metric` declares of
     ``avg`` standing in for ``all`` (``SAFE``, ``EXACT`` or ``NOT_GUARANTEED``); a key
     that is not registered is ``NOT_GUARANTEED``."""
     return METRICS[metric].agrees if metric in METRICS else NOT_GUARANTEED
@@ -84,7 +84,7 @@ def client_only_section(scores: pd.DataFrame, meta: Mapping, name) -> str:
 
 def client_average(clients: pd.DataFrame, sizes: Mapping | None) -> pd.DataFrame:
     """The ``avg`` rows of ``clients`` (a tidy table's ``client`` rows, no spreads): per
-    model and metric, the table builder's (``metrics.table.from_values``: the metric's
+    model and metric, the table builder's (``metrics._table.from_values``: the metric's
     ``Metric.average``) of the clients' values with the weights n_i/n of ``sizes``
     (client -> n_i), or 1/k where ``sizes`` is None."""
     parts = []

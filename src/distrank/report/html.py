@@ -16,7 +16,7 @@ script, no network, that says for the user's own models:
   Recall exactly, :math:`\mathrm{Recall_{all}} = \sum_i (n_i / n)\,\mathrm{Recall}_i`;
   FD, Precision, Density and Coverage not (Theorem 2, Proposition 1; Naeem et al.);
 - the model pairs that ``all`` and ``avg`` order differently, and Kendall's tau-b
-  between the two rankings, per metric (:mod:`distrank.metrics.table`);
+  between the two rankings, per metric (:func:`~distrank.metrics.rank_agreement`);
 - the E1 and E6 figures of the pipeline, drawn for these models;
 - for a table with client rows only (a federation that never pooled data), what
   the clients' scores do and do not tell about the centralized ranking;
@@ -34,7 +34,7 @@ them the page says which conclusions depend on them.
 This module holds the pooled sections; the client sections are
 :mod:`distrank.report.client_sections`', the markup :mod:`distrank.report.markup`'s.
 What the page says of a metric comes from its registered
-:class:`~distrank.metrics.metric.Metric` (``agrees``, ``consistent``, ``provided``,
+:class:`~distrank.metrics.Metric` (``agrees``, ``consistent``, ``provided``,
 ``pooled_from``, ``spreads``), never from its key.
 """
 
@@ -49,10 +49,10 @@ import pandas as pd
 
 from distrank._io import atomic_write_bytes
 from distrank.figures import e1_figure, e1_table, e6_figure, e6_table
-from distrank.metrics.metric import EXACT, PRDC, SAFE
-from distrank.metrics.ranking import rank_models
-from distrank.metrics.registry import HIGHER_IS_BETTER, display, spread_keys
-from distrank.metrics.table import COLUMNS, check, flipped_pairs, per_metric
+from distrank.metrics._metric import EXACT, PRDC, SAFE
+from distrank.metrics._ranking import rank_models
+from distrank.metrics._registry import HIGHER_IS_BETTER, display, spread_keys
+from distrank.metrics._table import COLUMNS, check, flipped_pairs, per_metric
 from distrank.report.client_sections import agrees, client_only_section, clients_section
 from distrank.report.markup import difference, esc, figure, named, num, page, section, tau
 from distrank.report.privacy import (

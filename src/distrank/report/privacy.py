@@ -1,7 +1,7 @@
 """The report page's account of a private ranking (the metadata of ``distrank rank`` or
 ``distrank score --private``): the privacy of each site or client, which adjacent pairs
 the noise leaves unresolved, and the tied ranks those pairs make
-(``metrics.sketch.confidence``)."""
+(``metrics.sketch._confidence``)."""
 
 from __future__ import annotations
 

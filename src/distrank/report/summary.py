@@ -1,5 +1,5 @@
 """A score table summarised for a reader: its ``all`` and ``avg`` values per model and
-Kendall's tau between the two rankings per metric (:func:`distrank.metrics.table.summary_taus`),
+Kendall's tau between the two rankings per metric (``summary_taus``),
 as text (what ``distrank score`` prints) or Markdown (its ``--format markdown``)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from distrank._io import atomic_path
-from distrank.metrics.registry import display
-from distrank.metrics.table import summary_taus
+from distrank.metrics._registry import display
+from distrank.metrics._table import summary_taus
 from distrank.tables import to_markdown
 
 __all__ = ["markdown_summary", "summary", "write_markdown"]

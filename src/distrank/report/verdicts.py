@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from distrank.metrics.metric import NOT_GUARANTEED
-from distrank.metrics.ranking import discordant_pairs
-from distrank.metrics.registry import METRICS
-from distrank.metrics.table import kendall_tau, per_metric
+from distrank.metrics._metric import NOT_GUARANTEED
+from distrank.metrics._ranking import discordant_pairs
+from distrank.metrics._registry import METRICS
+from distrank.metrics._table import kendall_tau, per_metric
 
 __all__ = [
     "COLUMNS",

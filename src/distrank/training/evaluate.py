@@ -73,7 +73,7 @@ def checkpoint_features(
 
     ``features`` maps each model name to its feature file; the images go to
     ``image_dir/model_<name>.npz``. ``extractor`` is the study's feature extractor
-    (:func:`distrank.features.get_extractor`).
+    (``get_extractor``).
 
     Parameters
     ----------

@@ -9,7 +9,7 @@ the unbiased squared MMD with one fixed kernel (a bandwidth fixed once, before
 training), in the feature space of a fixed differentiable embedding :math:`\phi`
 (MMD training: Li et al., "Generative Moment Matching Networks", ICML 2015; Dziugaite
 et al., UAI 2015). KD comes from the package's own block sums, differentiable
-(:class:`distrank.metrics.kd.sums.KDObjective`): one implementation for scoring and
+(``KDObjective``): one implementation for scoring and
 training.
 
 Every method takes the same number of generator steps T on the same latent batches
@@ -50,8 +50,8 @@ from distrank._checks import positive_int
 from distrank._io import array_digest
 from distrank._progress import progress
 from distrank.clients import client_weights
-from distrank.metrics.kd.sums import KDObjective
-from distrank.metrics.kernels import Kernel
+from distrank.metrics._kernels import Kernel
+from distrank.metrics.kd._sums import KDObjective
 from distrank.training.federated import (
     average_states,
     training_device,
@@ -83,7 +83,7 @@ class Lite0Embedding(nn.Module):
     grey to RGB, bilinear resize to ``resolution`` px, ``(x - 127) / 128`` on [0, 255])
     applied to float images, i.e. without the rounding to uint8 that saved samples get.
     The network is built for ``resolution`` (its "same" padding depends on it; None: the
-    feature step's, :data:`distrank.features.efficientnet.DEFAULT_RESOLUTION`).
+    feature step's, ``DEFAULT_RESOLUTION``).
 
     Parameters
     ----------
@@ -223,7 +223,7 @@ def finetune_mmd(
     clients : array_like of int, shape (n,)
         Each row's client ``0..k-1``; a client's loss sees its own rows only.
     method : str
-        One of :data:`METHODS`.
+        One of ``METHODS``.
     kernel : Kernel
         The fixed kernel of the loss (bandwidth chosen once, before training).
     embedding : torch.nn.Module

@@ -96,7 +96,7 @@ def train(family: str, images, labels, *, seed: int, **params) -> dict:
     Parameters
     ----------
     family : str
-        One of :data:`FAMILIES`: ``"cgan"``, ``"vae"``, ``"diffusion"``.
+        One of ``FAMILIES``: ``"cgan"``, ``"vae"``, ``"diffusion"``.
     images : numpy.ndarray of uint8, shape (N, H, W)
         The training images.
     labels : array_like of int, shape (N,)
@@ -145,7 +145,7 @@ def sample(state: dict, n: int, *, seed: int, **knobs):
     Raises
     ------
     ValueError
-        A state whose ``family`` is not one of :data:`FAMILIES`.
+        A state whose ``family`` is not one of ``FAMILIES``.
     """
     family = state.get("family")
     return getattr(_module(family), f"sample_{family}")(state, n, seed=seed, **knobs)

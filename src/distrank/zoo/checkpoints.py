@@ -6,7 +6,7 @@ even embed their source code, which ``torch_utils.persistence`` executes on
 load. **Unpickling one runs arbitrary code**, so :func:`generate_from_checkpoint`
 refuses unless the caller passes ``trust_pickles=True`` (the config's
 ``trust_pickles: true``), and the upstream code is a GitHub archive pinned by
-commit (:data:`distrank.zoo.upstream.UPSTREAMS`) that the pipeline downloads and
+commit (``UPSTREAMS``) that the pipeline downloads and
 extracts like any other artifact; :func:`distrank.zoo.upstream.upstream_code` makes
 it importable while a pickle is loaded and sampled.
 

@@ -3,7 +3,7 @@
 StyleGAN2-ADA's and EDM's network pickles hold the networks as Python objects whose
 classes live in the upstream repositories (``dnnlib``, ``torch_utils``,
 ``training``). Each repository is pinned to one commit (:class:`Upstream`,
-:data:`UPSTREAMS`): a GitHub archive that the pipeline downloads and extracts like
+``UPSTREAMS``): a GitHub archive that the pipeline downloads and extracts like
 any other artifact. :func:`upstream_code` makes one extracted tree importable inside
 a ``with`` block only, so that two trees with the same module names (both have
 ``dnnlib``) never mix; :mod:`distrank.zoo.checkpoints` loads and samples the

@@ -33,7 +33,7 @@ and :math:`s^*_\mathrm{avg} = (\sum_i \lambda_i f(C_i)/\operatorname{tr}A)^2` wi
 
 FD is estimated from samples, with a bias that depends on the sample sizes and on the
 spectrum, so on the knob. The centralized pre-step
-(:class:`~distrank.metrics.fd.settings.FdSettings`) computes FD in
+(``FdSettings``) computes FD in
 several *settings*: ``features`` (as scored), ``pca<d>`` (features projected on the
 pool's first d principal axes, where the samples exceed d many times) and
 ``extrapolated`` (FD at several sample sizes, a line in 1/m, its intercept), with

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from distrank.figures import DOUBLE_COLUMN_IN, metric_name, new_figure, paper_style
-from distrank.metrics.fd.settings import EXTRAPOLATED, FEATURES, SPLIT
-from distrank.metrics.registry import display
+from distrank.metrics._registry import display
+from distrank.metrics.fd._settings import EXTRAPOLATED, FEATURES, SPLIT
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -15,7 +15,7 @@ from distrank.experiments.e4_diversity_sweep.sweep import (
     SIMULATED,
     sweep_models,
 )
-from distrank.metrics.fd.settings import FdSettings
+from distrank.metrics.fd._settings import FdSettings
 from distrank.zoo.feature_space import fitted_samples, pull_to_class_means
 
 __all__ = [
@@ -212,8 +212,8 @@ def write_fd(
     seed: int,
     threads: int = 1,
 ) -> None:
-    """Pre-step: :meth:`~distrank.metrics.fd.settings.FdSettings.table` of every sweep
-    model (``fd_path``) and :meth:`~distrank.metrics.fd.settings.FdSettings.theory` at
+    """Pre-step: ``FdSettings.table`` of every sweep
+    model (``fd_path``) and ``FdSettings.theory`` at
     the fitted families' scales (``theory_path``), CSV."""
     from distrank._io import atomic_open
     from distrank.features.cache import load_features, load_labelled

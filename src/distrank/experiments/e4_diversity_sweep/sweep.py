@@ -13,16 +13,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-import distrank.metrics.table
+import distrank.metrics._table
 from distrank.experiments import Outputs, collected
 from distrank.experiments.e4_diversity_sweep.figures import (
     e4_figure,
     e4_samples_figure,
     e4_terms_figure,
 )
-from distrank.metrics.fd.settings import SPLIT, TERMS
-from distrank.metrics.metric import METRIC_KEYS
-from distrank.metrics.registry import HIGHER_IS_BETTER, display
+from distrank.metrics._metric import METRIC_KEYS
+from distrank.metrics._registry import HIGHER_IS_BETTER, display
+from distrank.metrics.fd._settings import SPLIT, TERMS
 
 __all__ = [
     "SIMULATED",
@@ -130,7 +130,7 @@ def e4_curves(
     aggregation, score`` (metric display names; aggregations ``all`` and ``avg``),
     ordered by family (as in ``models``), metric, aggregation, seed and knob value.
     ``models`` is :func:`sweep_models`."""
-    distrank.metrics.table.check(scores, metrics)
+    distrank.metrics._table.check(scores, metrics)
     rows = scores[
         scores["aggregation"].isin(["all", "avg"])
         & scores["metric"].isin(metrics)
@@ -152,10 +152,10 @@ def e4_curves(
 
 
 def fd_curves(fd: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
-    """The pre-step's FD table (:meth:`~distrank.metrics.fd.settings.FdSettings.table`)
+    """The pre-step's FD table (``FdSettings.table``)
     with each model's family and knob: ``setting, family, knob, diversity, value, seed,
-    aggregation``, FD's terms (:data:`~distrank.metrics.fd.settings.TERMS`,
-    :data:`~distrank.metrics.fd.settings.SPLIT`) and ``fd``, ordered by setting, family,
+    aggregation``, FD's terms (``TERMS``,
+    ``SPLIT``) and ``fd``, ordered by setting, family,
     aggregation, seed and value."""
     missing = sorted(set(models) - set(fd["model"]))
     if missing:
@@ -231,9 +231,9 @@ def e4_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def theory_table(theory: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
-    """The pre-step's theory (:meth:`~distrank.metrics.fd.settings.FdSettings.theory`)
+    """The pre-step's theory (``FdSettings.theory``)
     for each fitted family: ``family, knob, diversity, setting, value, aggregation``,
-    FD's terms (:data:`~distrank.metrics.fd.settings.TERMS`) and ``fd``."""
+    FD's terms (``TERMS``) and ``fd``."""
     columns = ["family", "knob", "diversity", "setting", "value", "aggregation", *TERMS, "fd"]
     fitted = {n: m for n, m in models.items() if m["spec"]["kind"] == FITTED}
     if not fitted:

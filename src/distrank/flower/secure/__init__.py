@@ -23,12 +23,12 @@ the (n - 1) of the pooled covariance. No ``client`` rows (nobody has them), no
 Coverage are refused: the pooled value needs nearest-neighbour radii among all sites'
 rows, which no sum of site values gives, and their client averages need not rank like
 the pooled metric. Each metric says how it enters the sum (``Metric.secure``, a
-``metrics.family.SecureSum``): a metric without one is refused.
+``metrics._family.SecureSum``): a metric without one is refused.
 
 Quantisation and the message layout: :mod:`~distrank.flower.secure.plan`; the site,
 its policy and its failure categories: :mod:`~distrank.flower.secure.site`; the
 server: :mod:`~distrank.flower.secure.server`; FD's bound:
-``metrics.fd.frechet.fd_bound``. Masks come from SHAKE-256 of the whole shared secret
+``metrics.fd._frechet.fd_bound``. Masks come from SHAKE-256 of the whole shared secret
 (:mod:`distrank.flower.masks`), not from Flower 1.42's 32-bit fold.
 
 Noise is each site's own (its release policy, :mod:`distrank.flower.policy`): a site

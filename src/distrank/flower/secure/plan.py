@@ -35,7 +35,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from distrank.flower.masks import GENERATOR
 from distrank.flower.messages import encode_request
-from distrank.metrics.registry import METRICS, models_free, uses_kernel
+from distrank.metrics._registry import METRICS, models_free, uses_kernel
 
 if TYPE_CHECKING:
     from distrank.flower.federation import RunSettings
@@ -137,7 +137,7 @@ def _noise_keys(get) -> tuple[float, float]:
 
 def kernel_bound(kernel: str, params: Mapping | None, dim: int, radius: float) -> float:
     """max |k(x, y)| over |x|, |y| <= ``radius`` (``Kernel.bound``) of the run's kernel."""
-    from distrank.metrics.kernels import make_kernel
+    from distrank.metrics._kernels import make_kernel
 
     return make_kernel(kernel, params, dim).bound(radius)
 
@@ -287,7 +287,7 @@ def noise_room(plan: Plan, options, secure: SecureSettings) -> tuple[tuple[str, 
     the plan's bounds, one row at least and a noised row count: at least what any site
     of that epsilon adds. ValueError names the run config when a block has no bound."""
     from distrank.flower.policy import Policy, Refused
-    from distrank.metrics.metric import KERNELS
+    from distrank.metrics._metric import KERNELS
 
     policy = Policy(
         feature_bound=plan.feature_bound,

@@ -37,7 +37,7 @@ from distrank.flower.secure.plan import (
     public_centre,
     split,
 )
-from distrank.metrics.registry import METRICS
+from distrank.metrics._registry import METRICS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +48,7 @@ def main(grid: Grid, context: Context) -> None:
     """Secure mode's ServerApp body: the table (its metadata and bounds) from the secure sum."""
     from distrank._io import atomic_path
     from distrank.features.cache import load_features
-    from distrank.metrics.table import write
+    from distrank.metrics._table import write
 
     settings = RunSettings.from_run_config(context.run_config)
     secure = SecureSettings.from_run_config(context.run_config, settings)
@@ -91,7 +91,7 @@ def main(grid: Grid, context: Context) -> None:
         table = pooled_confidence(table, pooled, models, plan, meta)
     write(table, settings.out, meta, "csv")
     if "confidence" in meta:
-        from distrank.metrics.sketch.confidence import write_confidence
+        from distrank.metrics.sketch._confidence import write_confidence
 
         write_confidence(meta, settings.out)
     log(
@@ -180,8 +180,8 @@ def sketch_path(out):
 def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], path):
     """The pooled sketch of a secure sum, its noise std per entry in its metadata
     (``distrank rank --sketch`` scores models from it later); returns it."""
-    from distrank.metrics.sketch.family import pooled_sketch
-    from distrank.metrics.sketch.maps import Sketch, save
+    from distrank.metrics.sketch._family import pooled_sketch
+    from distrank.metrics.sketch._maps import Sketch, save
 
     blocks = split(decode(mean, k, plan), plan)
     n = int(round(blocks["rows"][0]))
@@ -195,10 +195,10 @@ def write_pooled_sketch(mean, k: int, plan: Plan, noise: Mapping[str, float], pa
 def pooled_confidence(table, pooled, models: Mapping, plan: Plan, meta: dict):
     """The table with ``kd_sketch``'s values unbiased (the pooled sketch's noise excess
     removed), and in ``meta`` the raw values and the confidence of its ranking
-    (``metrics.sketch.confidence``)."""
-    from distrank.metrics.sketch.confidence import ranking_confidence
-    from distrank.metrics.sketch.family import plan_map
-    from distrank.metrics.sketch.maps import bias
+    (``metrics.sketch._confidence``)."""
+    from distrank.metrics.sketch._confidence import ranking_confidence
+    from distrank.metrics.sketch._family import plan_map
+    from distrank.metrics.sketch._maps import bias
 
     rows = table.metric == "kd_sketch"
     excess = bias(pooled.n, pooled.meta["dim"], pooled.noise_std)
@@ -388,7 +388,7 @@ def secure_table(
     the noise the sites attested in its sum (:func:`summed_noise`)."""
     import pandas as pd
 
-    from distrank.metrics.table import from_values
+    from distrank.metrics._table import from_values
 
     try:
         total = decode(mean, k, plan)

@@ -149,8 +149,8 @@ def check_plan(
     Refused. Reads the request and the policy only, never the data:
     the ranges must hold this site's values and noise, the models and the centre must lie
     in its ball, and the noise is its own policy's (``flower.policy``)."""
-    from distrank.metrics.options import score_options
-    from distrank.metrics.registry import METRICS, uses_kernel
+    from distrank.metrics._options import score_options
+    from distrank.metrics._registry import METRICS, uses_kernel
 
     policy.allow("secure", plan.metrics)
     if not policy.feature_bound:

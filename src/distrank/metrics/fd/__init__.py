@@ -1,8 +1,25 @@
-"""FD, the Fréchet distance of Gaussian fits: every piece of it in one place.
-
-``frechet`` (Gaussian statistics, their pooling, FD and its terms), ``bands`` (the banded
-factors), ``partitions`` (FD of many partitions of one reference), ``settings`` (FD in
-several settings: PCA bases, extrapolation in 1/m, with its terms) and ``family`` (its
-compute paths, its secure and pooled sums, its :class:`~distrank.metrics.metric.Metric`).
-Torch-free until a submodule is imported.
+"""FD, the Fréchet distance of Gaussian fits: Gaussian statistics and their pooling
+(:func:`gaussian_stats`, :func:`pool_stats`), FD and its terms (:func:`frechet_distance`,
+:func:`frechet_terms`) and FD of many partitions of one reference (:func:`partition_fds`).
+The modules behind it are private; its :class:`~distrank.metrics.Metric` is
+``METRICS["fd"]``. Torch-free until a name is used.
 """
+
+from distrank._lazy import lazy_getattr, lazy_names
+
+_LAZY = {  # private submodule -> the names it defines
+    "_frechet": (
+        "GaussianStats",
+        "gaussian_stats",
+        "pool_stats",
+        "frechet_distance",
+        "frechet_distances",
+        "FrechetTerms",
+        "frechet_terms",
+    ),
+    "_partitions": ("partition_fds",),
+}
+
+__all__ = lazy_names(_LAZY)
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,6 +1,6 @@
 """FD of many partitions of one reference: every model against the pool and every client
 of every partition, sharing one product of the reference with each model
-(``metrics.reaggregate``'s doc; the pairs themselves: :mod:`distrank.metrics.fd.frechet`)."""
+(``metrics._reaggregate``'s doc; the pairs themselves: :mod:`distrank.metrics.fd`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,37 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from distrank.metrics.fd.bands import _gram, _root_sum, sqrt_factor
-from distrank.metrics.fd.frechet import one_thread_each
+from distrank.metrics.fd._bands import _gram, _root_sum, sqrt_factor
+from distrank.metrics.fd._frechet import one_thread_each
 
 _FD_BLOCK = 4096  # rows per step of the FD sums over many rows
 log = logging.getLogger(__name__)
 
 
 def partition_fds(x, groups: Mapping, ys: Mapping, dev) -> dict:
-    """FD of every model against the pool and every client of every partition, sharing
-    one product of the reference with each model (``metrics.reaggregate``'s doc):
-    partition -> model -> (FD_all, (k,) per-client FDs)."""
+    """FD of every model against the pool and every client of every partition.
+
+    One product of the reference with each model serves them all
+    (``metrics._reaggregate``'s doc); every row is centred on the pool's mean and every
+    sum is in float64.
+
+    Parameters
+    ----------
+    x
+        (n, d) torch tensor of the pooled reference rows.
+    groups
+        partition name -> ``distrank.clients.ClientGroups`` of the rows of ``x``.
+    ys
+        model name -> (m, d) torch tensor of the model's rows.
+    dev
+        torch device of the products.
+
+    Returns
+    -------
+    dict
+        partition -> model -> (FD_all, (k,) numpy array of per-client FDs), k the
+        partition's clients.
+    """
     f64 = torch.float64
     xc = x.to(device=dev, dtype=f64, copy=True)
     center = xc.mean(dim=0)

@@ -18,7 +18,7 @@ of the resample are quadratic and bilinear forms of the full-sample kernel block
 
 and likewise :math:`S^*_{YY}`. Every kernel block is formed once and contracted with
 all B count vectors at once (one GEMM), and the resample's
-:class:`~distrank.metrics.kd.sums.KernelSums` gives its KD for every client and the pool
+:class:`~distrank.metrics.kd.KernelSums` gives its KD for every client and the pool
 through ``KernelSums.kd``. FD and PRDC have no such form: their resamples are
 scored afresh by ``metrics.score``.
 
@@ -60,11 +60,11 @@ import torch
 
 from distrank._checks import positive_int
 from distrank.clients import ClientGroups
-from distrank.metrics.family import Inputs
-from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.ranking import tau_b
-from distrank.metrics.scoring import by_family, prepare, table_of
-from distrank.metrics.table import from_values, keyed
+from distrank.metrics._family import Inputs
+from distrank.metrics._options import ScoreOptions, score_options
+from distrank.metrics._ranking import tau_b
+from distrank.metrics._scoring import by_family, prepare, table_of
+from distrank.metrics._table import from_values, keyed
 
 #: Aggregations of a score cube, in order (pooled, client average, then each client).
 POOLED, AVERAGE = 0, 1
@@ -95,11 +95,26 @@ class ScoreCube:
 class BootstrapScores:
     """The point scores and the bootstrap distribution of a set of statistics of them.
 
-    ``point`` is the cube of the data; ``distribution`` (n_statistics, B) and the
-    percentile ``low``/``high`` (n_statistics,) come from ``scipy.stats.bootstrap``. A
-    statistic undefined (NaN) in some resamples, such as tau of a constant score
-    vector, gets the same percentile interval over the resamples where it is defined;
-    ``n_defined`` (n_statistics,) counts them.
+    ``distribution`` and the percentile ``low``/``high`` come from
+    ``scipy.stats.bootstrap``. A statistic undefined (NaN) in some resamples, such as
+    tau of a constant score vector, gets the same percentile interval over the
+    resamples where it is defined; ``n_defined`` counts them.
+
+    Attributes
+    ----------
+    point
+        the ``ScoreCube`` of the data (the point scores): ``values`` (n_metrics, M, 2 + k),
+        aggregation 0 = ``all``, 1 = ``avg``, 2 + i = client i.
+    distribution
+        (n_statistics, B) the statistics of every resample.
+    low
+        (n_statistics,) lower bound of each statistic's percentile interval.
+    high
+        (n_statistics,) upper bound of each statistic's percentile interval.
+    confidence_level
+        confidence level of the intervals, in (0, 1).
+    n_defined
+        (n_statistics,) the resamples where each statistic is defined (finite).
     """
 
     point: ScoreCube
@@ -126,15 +141,55 @@ def bootstrap_scores(
 ) -> BootstrapScores:
     """Percentile intervals of ``summary`` of the score cube, over bootstrap resamples.
 
-    ``summary`` maps cube values (batch, n_metrics, M, 2 + k) to statistics
-    (n_statistics, batch) (see :func:`pairwise_summary`, :func:`flat_summary`).
     Resamples come from ``scipy.stats.bootstrap(rng=seed)`` (module doc; ``seed`` of
-    the options), ``batch`` at a time (memory: batch x (n + sum m) counts; KD
-    re-forms the kernel blocks once per batch). KD (U or V) is re-weighted; FD and
-    PRDC are scored afresh on each resample with ``metrics.score`` (seconds each at
-    n = 5000). ``options``, ``changes``, ``device`` and ``block_size`` are those of
-    ``metrics.score``; an rbf/laplace bandwidth not given is the median heuristic on
-    the pooled reference, fixed for every resample.
+    the options). KD (U or V) is re-weighted; FD and PRDC are scored afresh on each
+    resample with :func:`~distrank.metrics.score` (seconds each at n = 5000). An
+    rbf/laplace bandwidth not given is the median heuristic on the pooled reference,
+    fixed for every resample.
+
+    Parameters
+    ----------
+    reference
+        (n, d) numpy or torch array of reference features.
+    clients
+        (n,) client label (int or str) of each reference row.
+    models
+        model name -> (m, d) array of generated features.
+    options
+        the :class:`~distrank.metrics.ScoreOptions` (None: the defaults), or a mapping
+        of them, as in :func:`~distrank.metrics.score`; ``changes`` override them.
+    summary
+        maps cube values (batch, n_metrics, M, 2 + k) (aggregation 0 = ``all``,
+        1 = ``avg``, 2 + i = client i) to statistics (n_statistics, batch) (see
+        ``pairwise_summary``, ``flat_summary``).
+    n_resamples
+        B, the number of bootstrap resamples: an integer >= 1 (default 1000).
+    confidence_level
+        confidence level of the intervals, in (0, 1) (default 0.95).
+    batch
+        resamples scored at a time (``None``: all at once); memory: batch x
+        (n + sum m) counts, and KD re-forms the kernel blocks once per batch.
+    device
+        torch device, as in :func:`~distrank.metrics.score` (``None``: CUDA if
+        available, else CPU).
+    block_size
+        rows of one product block, as in :func:`~distrank.metrics.score` (``None``: the
+        default blocks).
+    **changes
+        option names as keywords, overriding ``options``.
+
+    Returns
+    -------
+    BootstrapScores
+        the point score cube, the bootstrap distribution of the statistics and their
+        percentile intervals (:class:`~distrank.metrics.BootstrapScores`).
+
+    Raises
+    ------
+    ValueError
+        naming the argument: a bad ``n_resamples`` or ``confidence_level``, a metric
+        that cannot be resampled under the options, or a bad input (as
+        :func:`~distrank.metrics.score`).
     """
     opts = score_options(options, **changes)
     n_resamples = positive_int(n_resamples, "n_resamples")

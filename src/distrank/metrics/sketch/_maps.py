@@ -9,7 +9,7 @@ Recht, NIPS 2007),
     W_{:,j} \sim \mathcal N(0, h^{-2} I_d),\ j = 1..D/2,
 
 :math:`\mathbb E_W[\phi(x) \cdot \phi(y)] = \exp(-\|x - y\|^2 / (2h^2))` (the ``rbf``
-kernel of :mod:`distrank.metrics.kernels`, bandwidth h) and :math:`\|\phi(x)\| = 1`
+kernel of :func:`~distrank.metrics.make_kernel`, bandwidth h) and :math:`\|\phi(x)\| = 1`
 exactly. A site publishes once its mean sketch :math:`s_i = \frac{1}{n_i}\sum_{x \in
 X_i} \phi(x)` (D numbers); the pooled sketch is :math:`\sum_i \lambda_i s_i`,
 :math:`\lambda_i = n_i/n`, as Theorem 1 pools the embeddings, and the server scores
@@ -25,7 +25,7 @@ the model, so the ranking needs s alone.
 
 **Privacy.** Replacing one of a site's rows moves :math:`s_i` by at most
 :math:`2/n_i` in L2 (:math:`\|\phi\| = 1`); one Gaussian release of :math:`s_i`
-(:func:`release_sketch`, the analytic calibration of :mod:`distrank.metrics.privacy`) is
+(:func:`release_sketch`, the analytic calibration of ``distrank.metrics._privacy``) is
 :math:`(\varepsilon, \delta)`-DP for every model ever scored from it (post-processing),
 :math:`n_i` public. In a secure sum the sites add :math:`n_i s_i` (sensitivity 2) with
 noise of variance :math:`\sigma^2/t` each (:func:`sketch_sum_std`).
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from distrank._checks import positive_int
-from distrank.metrics.privacy import noise_multiplier
+from distrank.metrics._privacy import noise_multiplier
 
 #: the file format's version (metadata ``version``)
 VERSION = 1
@@ -58,9 +58,23 @@ MAP_FIELDS = ("version", "kernel", "input_dim", "dim", "seed", "bandwidth", "ext
 
 @dataclass(frozen=True)
 class FeatureMap:
-    """Random Fourier features of the rbf kernel of ``bandwidth`` on ``input_dim``-d rows,
-    ``dim`` (even) features, frequencies from ``seed``. The first D'/2 frequencies of a map
-    are those of the same seed's map of dim D' < D (nested maps)."""
+    """Random Fourier features of the rbf kernel of ``bandwidth`` on ``input_dim``-d rows.
+
+    ``dim`` (even) features, frequencies from ``seed``. The first D'/2 frequencies of a
+    map are those of the same seed's map of dim D' < D (nested maps). A bad field is a
+    ValueError naming it.
+
+    Attributes
+    ----------
+    input_dim
+        int: d, the features of each row (>= 1).
+    dim
+        int: D, the features of the map (even, >= 2): D/2 cosines, then D/2 sines.
+    bandwidth
+        float: h > 0, of the kernel ``exp(-|x - y|^2 / (2 h^2))``.
+    seed
+        int: of the frequencies W, (d, D/2) with N(0, h^-2) entries (default 0).
+    """
 
     input_dim: int
     dim: int
@@ -115,8 +129,22 @@ class FeatureMap:
 
 @dataclass(frozen=True)
 class Sketch:
-    """A mean sketch of n rows, with its metadata (the map's fields, the extractor and
-    its weights' sha256, and for a private release epsilon, delta and noise_std)."""
+    """A mean sketch of n rows, with its metadata.
+
+    Attributes
+    ----------
+    mean
+        numpy.ndarray, shape (D,): the mean of the rows' features, s = (1/n) sum phi(x)
+        (``truncate`` keeps a batch of sketches on leading axes).
+    n
+        int: the rows sketched (public).
+    meta
+        mapping: the map's fields, the extractor and its weights' sha256, and for a
+        private release epsilon, delta and noise_std (default: empty; a TensorSketch's
+        also ``diagonal``).
+    noise_std
+        float: ``meta["noise_std"]``, 0.0 without noise.
+    """
 
     mean: np.ndarray
     n: int
@@ -149,8 +177,23 @@ def truncate(sketch: Sketch, dim: int) -> Sketch:
 def sketch_kd(reference: Sketch, model: Sketch) -> float:
     """KD (U-statistic of the sketched kernel) between the rows the two sketches hold.
 
-    A noisy reference sketch biases its own term by ``dim`` noise_std^2 n / (n - 1):
-    the same for every model, so rankings do not move.
+    ``(n |s|^2 - 1) / (n - 1) + (m |t|^2 - 1) / (m - 1) - 2 s . t`` for mean sketches s
+    of n rows and t of m rows (module doc). A noisy reference sketch biases its own term by
+    ``dim`` noise_std^2 n / (n - 1): the same for every model, so rankings do not move.
+
+    Parameters
+    ----------
+    reference
+        the reference's :class:`~distrank.metrics.sketch.Sketch` (a site's or the
+        pooled one, noisy or not), n >= 2 rows.
+    model
+        the model's :class:`~distrank.metrics.sketch.Sketch` under the same map (not
+        checked here), m >= 2 rows.
+
+    Returns
+    -------
+    float
+        The estimate; a sketch of fewer than 2 rows is a ValueError.
     """
     s, t = np.asarray(reference.mean), np.asarray(model.mean)
     return float(_self_term(s, reference.n) + _self_term(t, model.n) - 2.0 * s @ t)
@@ -158,7 +201,7 @@ def sketch_kd(reference: Sketch, model: Sketch) -> float:
 
 def bias(n: int, dim: int, noise_std: float) -> float:
     """The expected excess of a noisy sketch's KD over the noiseless one: n / (n - 1) D
-    sigma^2, the same for every model (``metrics.sketch.confidence``)."""
+    sigma^2, the same for every model (``metrics.sketch._confidence``)."""
     return n / (n - 1) * dim * noise_std**2 if noise_std else 0.0
 
 
@@ -169,8 +212,26 @@ def sketch_noise_std(n: int, *, epsilon: float, delta: float) -> float:
 
 
 def release_sketch(sketch, *, epsilon: float, delta: float, rng: np.random.Generator):
-    """A :class:`Sketch` with N(0, sigma^2 I) added, sigma =
-    :func:`sketch_noise_std` (one release for every model scored from it)."""
+    """A :class:`~distrank.metrics.sketch.Sketch` with N(0, sigma^2 I) added.
+
+    sigma = ``sketch_noise_std``: z_1(epsilon, delta) times the L2 sensitivity 2 / n of
+    a mean sketch of n rows (one release for every model scored from it).
+
+    Parameters
+    ----------
+    sketch
+        the :class:`~distrank.metrics.sketch.Sketch` of a site's n rows (n public).
+    epsilon, delta
+        the privacy of this one Gaussian release.
+    rng
+        ``numpy.random.Generator`` of the noise.
+
+    Returns
+    -------
+    Sketch
+        The noisy mean of the same n rows; ``meta`` gains ``epsilon``, ``delta`` and
+        ``noise_std`` (sigma).
+    """
     std = sketch_noise_std(sketch.n, epsilon=epsilon, delta=delta)
     noisy = np.asarray(sketch.mean) + rng.normal(0.0, std, np.shape(sketch.mean))
     meta = dict(sketch.meta) | {"epsilon": float(epsilon), "delta": float(delta), "noise_std": std}
@@ -193,7 +254,21 @@ def _self_term(mean: np.ndarray, n: int) -> float:
 
 
 def pool(sketches: Sequence[Sketch]) -> Sketch:
-    """The pooled sketch sum_i (n_i / n) s_i (noise stds combine the same way)."""
+    """The pooled sketch sum_i (n_i / n) s_i (noise stds combine the same way).
+
+    Parameters
+    ----------
+    sketches
+        non-empty sequence of the sites' :class:`~distrank.metrics.sketch.Sketch`, of
+        one map and extractor (a ValueError names the first ``MAP_FIELDS`` field on
+        which two differ).
+
+    Returns
+    -------
+    Sketch
+        Of n = sum_i n_i rows; ``meta`` holds the first sketch's ``MAP_FIELDS`` and,
+        when a site is noisy, ``noise_std`` sqrt(sum_i (n_i sigma_i)^2) / n.
+    """
     check_compatible([s.meta for s in sketches])
     n = sum(s.n for s in sketches)
     mean = sum(s.n * np.asarray(s.mean, np.float64) for s in sketches) / n

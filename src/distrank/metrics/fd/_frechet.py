@@ -27,7 +27,7 @@ Gram matrix are themselves nearly triangular: a sixth of a GEMM's flops for X of
 ``scipy.linalg.sqrtm``.
 
 Every factorisation and root trace runs on one BLAS/LAPACK thread, the independent ones
-side by side on the job's threads (:func:`one_thread_each`): a solve's last bits then
+side by side on the job's threads (``one_thread_each``): a solve's last bits then
 depend neither on the thread count nor on the process (MKL's threaded ``eigvalsh`` varies
 in them from run to run at about a thousand dimensions), and the solves keep their
 speed on cores that other jobs share.
@@ -48,7 +48,7 @@ import torch
 from distrank._arrays import as_features, resolve_device
 from distrank._blas import blas_libraries
 from distrank._checks import TooFewRows
-from distrank.metrics.fd.bands import (
+from distrank.metrics.fd._bands import (
     FULL,
     _band_of,
     _root_trace,
@@ -303,7 +303,7 @@ def frechet_terms(
     pair then costs one product X = G_b^T G_a that skips the factors' structural zeros,
     the Gram matrix of X's smaller side and one symmetric eigenvalue problem of that size
     (:func:`_root_trace`). The factors, then the pairs (largest first), are solved side by
-    side (:func:`one_thread_each`).
+    side (``one_thread_each``).
 
     Parameters
     ----------

@@ -24,7 +24,7 @@ import torch
 
 from distrank._arrays import as_features
 from distrank._checks import positive_int
-from distrank.metrics.metric import BANDWIDTH_KERNELS, KERNELS
+from distrank.metrics._metric import BANDWIDTH_KERNELS, KERNELS
 
 _PARAMETERS = {
     "poly": ("degree", "gamma", "coef0"),

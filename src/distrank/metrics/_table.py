@@ -36,8 +36,8 @@ import pandas as pd
 from distrank._checks import InputError
 from distrank._io import atomic_path
 from distrank.clients import average
-from distrank.metrics.ranking import discordant_pairs, tau_b
-from distrank.metrics.registry import HIGHER_IS_BETTER, METRICS, display, spread_keys
+from distrank.metrics._ranking import discordant_pairs, tau_b
+from distrank.metrics._registry import HIGHER_IS_BETTER, METRICS, display, spread_keys
 
 __all__ = [
     "AGGREGATIONS",
@@ -200,7 +200,7 @@ def per_metric(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def kendall_tau(all_values: Sequence[float], avg_values: Sequence[float]) -> tuple[float, float]:
-    """(tau-b, p-value) of the ``avg`` and ``all`` scores: :func:`~distrank.metrics.ranking.tau_b`
+    """(tau-b, p-value) of the ``avg`` and ``all`` scores: ``tau_b``
     and the p-value of :func:`scipy.stats.kendalltau`; NaN for fewer than two models or
     a constant column."""
     from scipy import stats
@@ -214,12 +214,22 @@ def kendall_tau(all_values: Sequence[float], avg_values: Sequence[float]) -> tup
 
 
 def rank_agreement(wide_table: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """Kendall tau-b between the ``avg`` and ``all`` scores of the models, per metric,
-    from a :func:`wide` table.
+    """Kendall tau-b between the ``avg`` and ``all`` scores of the models, per metric.
 
-    Columns: ``metric`` (display name), ``kendall_tau``, ``p_value`` (NaN with fewer
-    than two models or a constant column), ``n_models``, ``rank_flips`` (number of
-    discordant model pairs).
+    Parameters
+    ----------
+    wide_table
+        a ``wide`` table: one row per model, with columns ``<Metric>_all`` and
+        ``<Metric>_avg`` (display names) of each of ``metrics``.
+    metrics
+        metric keys (``kd``, ``fd``, ...), one output row each, in this order.
+
+    Returns
+    -------
+    pandas.DataFrame
+        columns ``metric`` (display name), ``kendall_tau``, ``p_value`` (NaN with fewer
+        than two models or a constant column), ``n_models``, ``rank_flips`` (number of
+        discordant model pairs).
     """
     rows = []
     for metric in metrics:

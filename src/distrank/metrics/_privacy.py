@@ -1,7 +1,7 @@
 r"""The Gaussian mechanism: a release's noise from its budget, and the budget it spent.
 
 A release's neighbouring relation and sensitivity are its own (a client's KD:
-:mod:`distrank.metrics.kd.privacy`; a site's mean sketch: :mod:`distrank.metrics.sketch.maps`);
+:mod:`distrank.metrics.kd`; a site's mean sketch: :mod:`distrank.metrics.sketch`);
 what they share is the calibration below.
 
 **Noise and budget.** A release with std :math:`\sigma` of a value of sensitivity
@@ -47,9 +47,17 @@ from distrank._checks import EPSILON_RANGE, positive_int
 class PrivacyBudget:
     """One client's budget, split over its releases (one per model it scores).
 
-    ``noise_multiplier`` is sigma / sensitivity of every release; ``epsilon_spent``
-    is the exact epsilon of the composed releases at ``delta`` (equal to
-    ``epsilon`` up to the root finds' tolerance, ~1e-12 relative).
+    Attributes
+    ----------
+    epsilon, delta
+        the client's (epsilon, delta) for all its releases together.
+    n_releases
+        M, the releases the budget is split over.
+    noise_multiplier
+        sigma / sensitivity of every release.
+    epsilon_spent
+        the exact epsilon of the composed releases at ``delta`` (equal to ``epsilon``
+        up to the root finds' tolerance, ~1e-12 relative).
     """
 
     epsilon: float

@@ -1,7 +1,7 @@
 r"""How far the noise of private sketches lets a ranking be trusted, and planned.
 
 A pooled sketch released with Gaussian noise is :math:`\tilde s = s + \eta`,
-:math:`\eta \sim \mathcal N(0, \sigma^2 I_D)` (:mod:`distrank.metrics.sketch.maps`), and
+:math:`\eta \sim \mathcal N(0, \sigma^2 I_D)` (:mod:`distrank.metrics.sketch`), and
 every model's value is :math:`\widehat{\mathrm{KD}}(\tilde s, t_G)`. Two consequences
 follow exactly:
 
@@ -20,9 +20,9 @@ noise :math:`L_m \cdot \xi`, :math:`\xi \sim \mathcal N(0, I)`, for *loadings*
 :math:`|L_a - L_b|` and adjacent gaps have covariance :math:`(L_b - L_a) \cdot (L_d - L_c)`.
 ``distrank score --private`` is the other case (:func:`private_confidence`): each client
 releases its KD of each model with its own independent noise :math:`\mathcal N(0,
-\sigma_i^2)` (:func:`distrank.metrics.kd.privacy.release_kd`), so model a's ``avg``
+\sigma_i^2)` (:func:`distrank.metrics.kd.release_kd`), so model a's ``avg``
 carries :math:`\mathcal N(0, s_a^2)`, :math:`s_a^2 = \sum_i w_i^2 \sigma_i^2`
-(:func:`distrank.metrics.kd.privacy.avg_noise_std`), independent across models
+(``avg_noise_std``), independent across models
 (:func:`independent_loadings`: :math:`L_m = s_m e_m`), and a gap's noise std is
 :math:`\sqrt{s_a^2 + s_b^2}`.
 
@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from distrank.metrics.sketch.maps import bias
+from distrank.metrics.sketch._maps import bias
 
 #: the level at which a pair is called resolved unless the caller says otherwise
 LEVEL = 0.95
@@ -172,17 +172,42 @@ def table_confidence(
 def ranking_confidence(
     pooled, model_sketches: Mapping[str, np.ndarray], table: pd.DataFrame, level: float = LEVEL
 ) -> dict:
-    """:func:`table_confidence` of a ``kd_sketch`` table. ``pooled`` is the pooled
-    reference ``Sketch`` (its ``noise_std`` is that of ``avg`` too: sum_i lambda_i eta_i is
-    the pooled noise), ``model_sketches`` every model's mean sketch t."""
+    """``table_confidence`` of a ``kd_sketch`` table: which of its rankings' pairs hold.
+
+    Every model's value carries the pooled sketch's noise through the loadings
+    ``2 sigma t_m`` (``sketch_loadings``; module doc).
+
+    Parameters
+    ----------
+    pooled
+        the pooled reference :class:`~distrank.metrics.sketch.Sketch` (its
+        ``noise_std`` sigma is that of ``avg`` too: sum_i lambda_i eta_i is the pooled
+        noise).
+    model_sketches
+        model name -> (D,) every model's mean sketch t.
+    table
+        a ``kd_sketch`` score table (columns model, metric, aggregation, value); its
+        ``all`` and ``avg`` rankings, those it has, are assessed.
+    level
+        in (0.5, 1): a pair is resolved when its p_order is at least ``level`` (default
+        ``LEVEL``, 0.95).
+
+    Returns
+    -------
+    dict
+        ``metric`` (``"kd_sketch"``), ``pairs`` (pandas.DataFrame, per adjacent pair of
+        each ranking: rank, model, next, gap, noise_std, p_order, resolved, aggregation,
+        level), ``order`` (aggregation -> the Monte Carlo probability that the
+        noiseless values keep the whole order) and ``level``.
+    """
     loadings = sketch_loadings(model_sketches, pooled.noise_std)
     return table_confidence(table, "kd_sketch", loadings, level)
 
 
 def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEVEL) -> dict:
-    """:func:`table_confidence` of a ``distrank.metrics.kd.privacy.private_scores`` table
+    """:func:`table_confidence` of a ``distrank.metrics.kd._privacy.private_scores`` table
     (its ``avg`` ranking of ``kd``): every model's ``avg`` carries independent N(0, s^2)
-    noise, s = ``noise_std`` (:func:`distrank.metrics.kd.privacy.avg_noise_std`)."""
+    noise, s = ``noise_std`` (``avg_noise_std``)."""
     models = dict.fromkeys(table.model[(table.metric == "kd") & (table.aggregation == "avg")])
     return table_confidence(
         table, "kd", independent_loadings(dict.fromkeys(models, noise_std)), level
@@ -191,10 +216,10 @@ def private_confidence(table: pd.DataFrame, noise_std: float, level: float = LEV
 
 def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """The tidy score table of ``kd_sketch`` (KD of the sketched rbf kernel) of every model
-    against each site's sketch (``client``; site name -> ``metrics.sketch.maps.Sketch``), their
+    against each site's sketch (``client``; site name -> ``metrics.sketch._maps.Sketch``), their
     size-weighted average (``avg``) and the pooled sketch (``all``); the map comes from
     the sketches' metadata, which must agree. Values unbiased (:func:`sketch_scores`)."""
-    from distrank.metrics.sketch.maps import FeatureMap, pool
+    from distrank.metrics.sketch._maps import FeatureMap, pool
 
     fmap = FeatureMap.of(pool(list(sites.values())).meta)  # pool: the maps agree
     return sketch_scores(sites, {name: fmap.sketch(y) for name, y in models.items()})[0]
@@ -203,10 +228,10 @@ def score_sketches(sites: Mapping, models: Mapping[str, np.ndarray]) -> pd.DataF
 def sketch_scores(sites: Mapping, model_sketches: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the table of :func:`score_sketches` from the models' sketches, the same table raw).
     A noisy sketch's values are unbiased: the expected excess n / (n - 1) D sigma^2 of its
-    noise is removed (``metrics.sketch.maps.bias``; the same for every model)."""
+    noise is removed (``metrics.sketch._maps.bias``; the same for every model)."""
     from distrank.clients import client_weights
-    from distrank.metrics.sketch.maps import bias, pool, sketch_kd
-    from distrank.metrics.table import from_values
+    from distrank.metrics._table import from_values
+    from distrank.metrics.sketch._maps import bias, pool, sketch_kd
 
     pooled = pool(list(sites.values()))
     references = [pooled, *sites.values()]
@@ -227,8 +252,8 @@ def rank_sketches(sites: Mapping, models: Mapping[str, np.ndarray], level: float
     extractor, every site's privacy, the raw values and :func:`ranking_confidence`
     (``meta["confidence"]``, its pairs as records, which :func:`write_confidence`
     writes beside the table)."""
-    from distrank.metrics.options import ScoreOptions
-    from distrank.metrics.sketch.maps import FeatureMap, pool
+    from distrank.metrics._options import ScoreOptions
+    from distrank.metrics.sketch._maps import FeatureMap, pool
 
     pooled = pool(list(sites.values()))
     m, first = pooled.meta, next(iter(sites.values())).meta
@@ -307,7 +332,7 @@ def released_std(
     """The per-entry noise std of the pooled sketch of sites of ``sizes`` rows, each of
     (``epsilon``, ``delta``): plain sketches 2 z sqrt(k) / n; a secure sum 2 z sqrt(k / t)
     / n over the k sites, t the threshold (module doc)."""
-    from distrank.metrics.privacy import noise_multiplier
+    from distrank.metrics._privacy import noise_multiplier
 
     z = noise_multiplier(epsilon=epsilon, delta=delta)
     k, n = len(sizes), sum(int(s) for s in sizes)
@@ -331,7 +356,7 @@ def plan(
     resolved at ``level``; with ``target_gap``, what would resolve that gap at ``level``:
     the epsilon (at ``delta``, the same sites) and the rows per site (the same epsilon, k
     sites of equal size). Sorted hardest pair first."""
-    from distrank.metrics.privacy import epsilon_spent, noise_multiplier
+    from distrank.metrics._privacy import epsilon_spent, noise_multiplier
 
     sigma = released_std(sizes, epsilon=epsilon, delta=delta, secure=secure, threshold=threshold)
     z_level, k, n = z_of(level), len(sizes), sum(int(s) for s in sizes)

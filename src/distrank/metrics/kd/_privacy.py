@@ -28,9 +28,9 @@ whatever m and the model. Both bounds are suprema: they are approached by
 :math:`x_2 = \dots = x_n = x_1`, every :math:`y_j = x_1'` and
 :math:`|x_1 - x_1'| \to \infty` (the averages tend to +1 and -1).
 
-**Noise and budget** are those of :mod:`distrank.metrics.privacy`: a client's
+**Noise and budget** are those of ``distrank.metrics._privacy``: a client's
 (epsilon, delta) is split equally over its M releases (one per model,
-:func:`~distrank.metrics.privacy.client_budget`).
+``client_budget``).
 
 **Distributed noise (secure mode).** When the server learns only the sum
 :math:`S = \sum_i n_i \mathrm{KD}_i` (``distrank.flower.secure``), the release is
@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from distrank._checks import positive_int
-from distrank.metrics.metric import BANDWIDTH_KERNELS, check_full_sample
-from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.privacy import PrivacyBudget, client_budget
+from distrank.metrics._metric import BANDWIDTH_KERNELS, check_full_sample
+from distrank.metrics._options import ScoreOptions, score_options
+from distrank.metrics._privacy import PrivacyBudget, client_budget
 
 if TYPE_CHECKING:  # scoring (torch) and pandas load where they are used
     import pandas as pd
@@ -71,6 +71,18 @@ def kd_sensitivity(n_rows: int, *, estimator: str = "unbiased") -> float:
 
     ``4 / n`` for the U-statistic (``"unbiased"``, n >= 2) and ``2 (2n - 1) / n^2``
     for the V-statistic (``"biased"``), for a bounded kernel (module doc).
+
+    Parameters
+    ----------
+    n_rows
+        the client's rows n: an int, at least 2 for ``"unbiased"``, 1 for ``"biased"``.
+    estimator
+        ``"unbiased"`` (default) or ``"biased"``.
+
+    Returns
+    -------
+    float
+        The sensitivity Delta; a ValueError names a bad ``n_rows`` or ``estimator``.
     """
     check_full_sample(estimator, "estimator")
     n = positive_int(n_rows, "n_rows", minimum=2 if estimator == "unbiased" else 1)
@@ -87,10 +99,29 @@ def release_kd(
 ) -> np.ndarray:
     """Each client's KD of each model plus its Gaussian noise: what the clients release.
 
-    ``kd_client`` is (M, k) (model, client) or (draws, M, k); ``client_sizes`` (k,)
-    gives each client's rows n_i. Client i adds independent N(0, sigma_i^2) noise,
-    sigma_i = ``budget.noise_multiplier`` x ``kd_sensitivity(n_i)``, to each of
-    its M values; ``budget.n_releases`` must be M.
+    Client i adds independent N(0, sigma_i^2) noise, sigma_i =
+    ``budget.noise_multiplier`` x ``kd_sensitivity(n_i)``, to each of its M values.
+
+    Parameters
+    ----------
+    kd_client
+        (M, k) array of KD per (model, client), or (draws, M, k).
+    client_sizes
+        (k,) each client's rows n_i.
+    budget
+        each client's ``PrivacyBudget``, split over its M releases (one per model):
+        ``budget.n_releases`` must be M.
+    estimator
+        ``"unbiased"`` (default) or ``"biased"``: the estimator of ``kd_client``, which
+        sets the sensitivity (:func:`~distrank.metrics.kd.kd_sensitivity`).
+    rng
+        ``numpy.random.Generator`` of the noise.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, the shape of ``kd_client``: the noisy values. A ValueError names a
+        wrong shape or a budget split over another number of releases.
     """
     values = np.asarray(kd_client, dtype=np.float64)
     if values.ndim not in (2, 3):
@@ -221,20 +252,46 @@ def private_scores(
 ) -> tuple[pd.DataFrame, PrivacyBudget]:
     """KD of every model as private clients release it, and each client's budget.
 
-    Every client releases its KD of each model through :func:`release_kd` with
-    (``epsilon``, ``delta``) split over the models; ``avg`` is the weighted mean of
-    the noisy client values, the only aggregate the server can form. The table has
-    the columns of ``metrics.score`` (metric ``kd``, aggregations ``client`` and
-    ``avg``; no ``all``, which needs the pooled rows). ``options`` and ``changes`` are
-    those of ``metrics.score`` (None: :data:`PRIVATE_OPTIONS`); ``metrics`` must be
-    ``("kd",)`` and ``kernel`` bounded (``rbf``/``laplace``) with an explicit
-    ``kernel_params["bandwidth"]`` chosen without the clients' rows. Noise comes from
-    ``numpy.random.default_rng(seed)``. The table's ``attrs`` hold the noise std of each
-    client's releases (``client_noise_std``: client -> sigma_i) and of every model's
-    ``avg`` (``avg_noise_std``, :func:`avg_noise_std`).
+    Every client releases its KD of each model through
+    :func:`~distrank.metrics.kd.release_kd` with (``epsilon``, ``delta``) split over the
+    models; ``avg`` is the weighted mean of the noisy client values, the only aggregate
+    the server can form.
+
+    Parameters
+    ----------
+    reference
+        (n, d) numpy or torch array of reference features.
+    clients
+        (n,) client label (int or str) of each reference row.
+    models
+        model name -> (m, d) array of generated features.
+    options
+        those of :func:`~distrank.metrics.score` (a
+        :class:`~distrank.metrics.ScoreOptions` or a mapping of them; None:
+        ``PRIVATE_OPTIONS``, KD through the rbf kernel). ``metrics`` must be
+        ``("kd",)``, ``kd_estimator`` a full-sample one and ``kernel`` bounded
+        (``rbf``/``laplace``) with an explicit ``kernel_params["bandwidth"]`` chosen
+        without the clients' rows. Noise comes from ``numpy.random.default_rng(seed)``.
+    epsilon, delta
+        each client's (epsilon, delta), split equally over its M releases (one per model).
+    device
+        torch device (``None``: CUDA if available, else CPU).
+    **changes
+        option names as keywords, overriding ``options`` (as for
+        :func:`~distrank.metrics.score`).
+
+    Returns
+    -------
+    tuple of (pandas.DataFrame, PrivacyBudget)
+        The table, with the columns of :func:`~distrank.metrics.score` (metric ``kd``,
+        aggregations ``client`` and ``avg``; no ``all``, which needs the pooled rows);
+        its ``attrs`` hold the noise std of each client's releases
+        (``client_noise_std``: client -> sigma_i) and of every model's ``avg``
+        (``avg_noise_std``, from the function of that name). Then each client's budget.
+        A bad input or option is a ValueError naming it.
     """
-    from distrank.metrics.scoring import prepare, values_of
-    from distrank.metrics.table import from_values
+    from distrank.metrics._scoring import prepare, values_of
+    from distrank.metrics._table import from_values
 
     opts = score_options(PRIVATE_OPTIONS if options is None else options, **changes)
     check_private_options(opts)
@@ -255,7 +312,7 @@ def private_scores(
         groups.names,
         weights,
     )
-    # the noise each release carries: metrics.sketch.confidence.private_confidence
+    # the noise each release carries: metrics.sketch._confidence.private_confidence
     stds = client_noise_stds(groups.sizes, budget=budget, estimator=opts.kd_estimator)
     table.attrs["client_noise_std"] = dict(zip(groups.names, stds.tolist()))
     table.attrs["avg_noise_std"] = avg_noise_std(

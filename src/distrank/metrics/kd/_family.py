@@ -1,10 +1,10 @@
 """KD, the kernel distance (squared MMD): its family and its metric.
 
-plain: one set of kernel block sums (``kd.sums.kernel_sums``, U or V form) or KID-style
-random subsets (``kd.subsets.subset_kd``, with a ``kd_std`` spread); it can take its
+plain: one set of kernel block sums (``kd._sums.kernel_sums``, U or V form) or KID-style
+random subsets (``kd._subsets.subset_kd``, with a ``kd_std`` spread); it can take its
 sums from PRDC's distance blocks (``Run.from_sums``). partitions: the sums of the
 partitions' common refinement, coarsened per partition (``KernelSums.coarsen``).
-resample: re-weighted sums of every bootstrap resample (``kd.resample``).
+resample: re-weighted sums of every bootstrap resample (``kd._resample``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
-from distrank.metrics.metric import ESTIMATORS, SAFE, Metric, Option, check_full_sample, kd_rows
+from distrank.metrics._family import Family, Inputs, Run, Values, WeightedSum
+from distrank.metrics._metric import ESTIMATORS, SAFE, Metric, Option, check_full_sample, kd_rows
 
-# KD's own options (the kernel, its parameters and the seed are shared, metrics.options)
+# KD's own options (the kernel, its parameters and the seed are shared, metrics._options)
 KD_ESTIMATOR = Option("kd_estimator", str, "unbiased", "KD estimator", choices=ESTIMATORS)
 N_SUBSETS = Option("n_subsets", int, 100, "subsets estimator: number of subsets", minimum=1)
 SUBSET_SIZE = Option("subset_size", int, 1000, "subsets estimator: rows per subset", minimum=1)
@@ -26,8 +26,8 @@ class KD(Family):
     uses_kernel = True
 
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
-        from distrank.metrics.kd.subsets import subset_kd
-        from distrank.metrics.kd.sums import kernel_sums
+        from distrank.metrics.kd._subsets import subset_kd
+        from distrank.metrics.kd._sums import kernel_sums
 
         o, x, groups, names = inputs.options, inputs.reference, inputs.groups, list(inputs.models)
 
@@ -73,13 +73,13 @@ class KD(Family):
         import logging
 
         from distrank.clients import common_refinement
-        from distrank.metrics.kd.sums import kernel_sums
+        from distrank.metrics.kd._sums import kernel_sums
 
         o, ys = inputs.options, inputs.models
         if o.kd_estimator == "subsets":  # random subsets share nothing: each partition afresh
             return None
         fine = common_refinement([g.index for g in inputs.partitions.values()])
-        logging.getLogger("distrank.metrics.reaggregate").info(
+        logging.getLogger("distrank.metrics._reaggregate").info(
             "KD: kernel sums over %d fine groups, shared by %d partitions",
             int(fine.max()) + 1,
             len(inputs.partitions),
@@ -104,9 +104,9 @@ class KD(Family):
         check_full_sample(options.kd_estimator, why=" (bootstrap KD re-weights the full samples)")
 
     def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
-        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd.resample``), its
+        """(batch, 1, M, 2 + k): KD of each resample by re-weighting (``kd._resample``), its
         ``avg`` KD's own (``KD_METRIC.average``)."""
-        from distrank.metrics.kd.resample import resampled_kernel_sums, row_counts
+        from distrank.metrics.kd._resample import resampled_kernel_sums, row_counts
 
         o, ys, groups = inputs.options, list(inputs.models.values()), inputs.groups
         counts = np.zeros((client_draws[0].shape[0], inputs.reference.shape[0]), dtype=np.int64)
@@ -135,7 +135,7 @@ class KD(Family):
 
 def _kd_unit(bounds, options) -> float | None:
     """The most n_i KD_i moves when one row is replaced: 4 (hi - lo) for the full-sample
-    estimators (module ``metrics.kd.privacy``); random subsets are not bounded here."""
+    estimators (module ``metrics.kd._privacy``); random subsets are not bounded here."""
     return None if options.kd_estimator == "subsets" else 4.0 * bounds.kernel_width
 
 
@@ -159,7 +159,7 @@ KD_METRIC = Metric(
     },
     # |KD| <= 4 K for every estimator, K the kernel's maximum on the public ball;
     # replacing a row moves n_i KD_i by at most 4 (hi - lo), the kernel's range on the
-    # ball (4 for rbf/laplace: metrics.kd.privacy.SUM_SENSITIVITY), for U and V statistics
+    # ball (4 for rbf/laplace: metrics.kd._privacy.SUM_SENSITIVITY), for U and V statistics
     secure=WeightedSum("kd", lambda plan: 4 * plan.kernel_bound, unit=_kd_unit),
     provided="the clients used weights n_i/n, one kernel (a bandwidth fixed for all), the "
     "same samples and a full-sample estimator",

@@ -5,7 +5,7 @@ split into clients in many ways. Most of the work does not depend on the split:
 
 - **KD.** With a *fine* client index of which every partition is a coarsening (here:
   the common refinement of all the partitions), the kernel sums of
-  :func:`distrank.metrics.kd.sums.kernel_sums` of a partition are sums of the fine ones. With
+  :func:`distrank.metrics.kd.kernel_sums` of a partition are sums of the fine ones. With
   :math:`A` the (fine groups x clients) 0/1 assignment,
 
   .. math::
@@ -13,7 +13,7 @@ split into clients in many ways. Most of the work does not depend on the split:
       S_{X_i Y} = (S^\mathrm{fine}_{XY} A)_{i}, \qquad
       \mathrm{tr}_{X_i} = (A^\top \mathrm{tr}^\mathrm{fine})_i,
 
-  and :meth:`~distrank.metrics.kd.sums.KernelSums.kd` turns them into KD, exactly as
+  and :meth:`~distrank.metrics.kd.KernelSums.kd` turns them into KD, exactly as
   :func:`distrank.metrics.score` does.
 - **FD.** For client rows :math:`X_i` (mean :math:`\mu_i`, covariance :math:`C_i`) and a
   model :math:`Y` (mean :math:`m`, covariance :math:`S`), with centred rows
@@ -30,7 +30,7 @@ split into clients in many ways. Most of the work does not depend on the split:
   is the sum of the square roots of the eigenvalues of the smaller Gram matrix.
 - **PRDC.** The squared distances between reference and generated rows, the models'
   k-NN radii, Recall's hits and each reference row's nearest generated row are the
-  same for every partition (the definitions are in :mod:`distrank.metrics.prdc.scores`); a
+  same for every partition (the definitions are in :mod:`distrank.metrics.prdc`); a
   partition only changes the reference radii (k-NN within each client) and which rows
   count together.
 
@@ -45,9 +45,9 @@ from dataclasses import replace
 
 import pandas as pd
 
-from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.scoring import by_family, prepare
-from distrank.metrics.table import COLUMNS, from_values
+from distrank.metrics._options import ScoreOptions, score_options
+from distrank.metrics._scoring import by_family, prepare
+from distrank.metrics._table import COLUMNS, from_values
 
 
 def score_partitions(

@@ -1,17 +1,17 @@
 """Precision, Recall, Density and Coverage: one family, four metrics.
 
-plain: one blocked pass over the distance blocks (``prdc.scores.prdc``; the pool's radii and
+plain: one blocked pass over the distance blocks (``prdc._scores.prdc``; the pool's radii and
 hits alone where ``Inputs.per_client`` is False); with Recall and one of the other three it
 forms every product KD's sums need, so it feeds them (``Run.feeds_products``). partitions:
-the distance blocks of each model serve every partition (``prdc.partitions.partition_prdc``).
+the distance blocks of each model serve every partition (``prdc._partitions.partition_prdc``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.family import Family, Inputs, Run, Values, WeightedSum
-from distrank.metrics.metric import EXACT, Metric, Option, prdc_rows
+from distrank.metrics._family import Family, Inputs, Run, Values, WeightedSum
+from distrank.metrics._metric import EXACT, Metric, Option, prdc_rows
 
 # The k of the k-NN radii, Precision and Recall's and Density and Coverage's.
 PR_K = Option("pr_k", int, 3, "k of Precision and Recall", minimum=1)
@@ -22,7 +22,7 @@ class PRDC(Family):
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
         import numpy as np
 
-        from distrank.metrics.prdc.scores import prdc
+        from distrank.metrics.prdc._scores import prdc
 
         o, groups = inputs.options, inputs.groups
 
@@ -55,7 +55,7 @@ class PRDC(Family):
 
     def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values]:
         from distrank._arrays import work_dtype
-        from distrank.metrics.prdc.partitions import partition_prdc
+        from distrank.metrics.prdc._partitions import partition_prdc
 
         o = inputs.options
         return partition_prdc(

@@ -27,8 +27,8 @@ import torch
 
 from distrank._arrays import as_features, column_mean, product_rows, resolve_device, work_dtype
 from distrank._checks import TooFewRows
-from distrank.metrics.kernels import Centred, Kernel, gram_blocks, make_kernel
-from distrank.metrics.metric import ESTIMATORS, check_full_sample, kd_rows
+from distrank.metrics._kernels import Centred, Kernel, gram_blocks, make_kernel
+from distrank.metrics._metric import ESTIMATORS, check_full_sample, kd_rows
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def kernel_sums(
     Kernel blocks of ``block_size`` rows are formed and reduced in ``dtype``
     (float32: fast GEMMs), and the block sums are accumulated in float64; no
     n x n or n x m matrix is ever held. The rows are grouped by client and centred
-    on the reference mean (:class:`~distrank.metrics.kernels.Centred`), as PRDC
+    on the reference mean (``Centred``), as PRDC
     does, so that ``prdc(..., products=builder)`` gives these sums bit for bit from
     PRDC's own products. S_XX and S_YY are symmetric: only blocks on or above the
     diagonal are formed.
@@ -155,7 +155,7 @@ def kernel_sums(
     models : iterable of array_like, each shape (m_g, d)
         The models' rows, read one at a time.
     kernel : Kernel
-        Its parameters fixed (:func:`~distrank.metrics.kernels.make_kernel`).
+        Its parameters fixed (:func:`~distrank.metrics.make_kernel`).
     dtype : {"float32", "float64"}
         Of the kernel blocks.
     device : str or torch.device, optional
@@ -403,7 +403,7 @@ def kernel_distance(
         Features (numpy or torch), finite.
     kernel : {"poly", "rbf", "laplace", "linear"}
     kernel_params : mapping, optional
-        Of :func:`~distrank.metrics.kernels.make_kernel`; rbf and laplace need
+        Of :func:`~distrank.metrics.make_kernel`; rbf and laplace need
         ``{"bandwidth": h}``.
     estimator : {"unbiased", "biased"}
         The U-statistic needs n, m >= 2.

@@ -20,16 +20,34 @@ Values = dict[str, dict[str, tuple[float, Any]]]
 
 @dataclass(frozen=True)
 class Inputs:
-    """The checked inputs of every scoring call (``metrics.scoring.prepare``): the
-    reference rows (a torch tensor), its client groups under one or more partitions
-    (name -> ``distrank.clients.ClientGroups``; ``metrics.score`` has one, named ""),
-    the models' rows, the options (with an rbf/laplace bandwidth resolved), the kernel
-    of KD (None without KD), the torch device and the rows of one product block.
-    ``metrics.score``, ``metrics.score_partitions`` and ``metrics.bootstrap`` all hand
-    their families one of these. ``per_client`` False: only the pooled values are
-    wanted (``metrics.scoring.pooled_of``: a client's own scores, the centralized
-    ``all``); a family may then skip its per-client values (None in their place), its
-    pooled ones computed as they always are, the client groups included."""
+    """The checked inputs of every scoring call (``metrics._scoring.prepare``).
+
+    ``metrics.score``, ``metrics.score_partitions`` and ``metrics._bootstrap`` all hand
+    their families one of these.
+
+    Attributes
+    ----------
+    reference
+        (n, d) torch tensor of the reference rows.
+    partitions
+        partition name -> the reference's client groups under it
+        (``distrank.clients.ClientGroups``); ``metrics.score`` has one, named "".
+    models
+        model name -> (m, d) torch tensor of the model's rows.
+    options
+        the ``ScoreOptions``, with an rbf/laplace bandwidth resolved.
+    kernel
+        the kernel of KD (None without KD).
+    device
+        the torch device.
+    block_size
+        the rows of one product block.
+    per_client
+        False: only the pooled values are wanted (``metrics._scoring.pooled_of``: a
+        client's own scores, the centralized ``all``); a family may then skip its
+        per-client values (None in their place), its pooled ones computed as they always
+        are, the client groups included (default True).
+    """
 
     reference: Any
     partitions: Mapping[str, Any]
@@ -59,13 +77,24 @@ class Inputs:
 
 @dataclass
 class Run:
-    """A prepared computation: ``compute(products=None)`` returns :data:`Values`.
+    """A prepared computation: ``compute(products=None)`` returns ``Values``.
 
-    Two families may share products (KD's sums from PRDC's distance blocks): a run
-    with ``feeds_products`` forms every product block a kernel sum needs and hands
-    them to a ``kd.sums.SumsBuilder`` passed as ``products``; a run with ``kernel`` and
-    ``from_sums`` can take its values from such a builder's ``KernelSums`` instead
-    of its own pass (``metrics.scoring`` wires them)."""
+    Two families may share products (KD's sums from PRDC's distance blocks;
+    ``metrics._scoring`` wires them).
+
+    Attributes
+    ----------
+    compute
+        ``compute(products=None)`` -> ``Values`` of the run.
+    feeds_products
+        whether the run forms every product block a kernel sum needs and hands them to a
+        ``kd._sums.SumsBuilder`` passed as ``products`` (default False).
+    kernel
+        the kernel of the sums that ``from_sums`` takes (default None).
+    from_sums
+        a ``KernelSums`` -> ``Values``: with ``kernel``, the run can take its values
+        from such a builder's ``KernelSums`` instead of its own pass (default None).
+    """
 
     compute: Callable[..., Values]
     feeds_products: bool = False
@@ -74,7 +103,13 @@ class Run:
 
 
 class Family:
-    """How a group of metrics is computed (module doc)."""
+    """How a group of metrics is computed (module doc).
+
+    Attributes
+    ----------
+    uses_kernel
+        whether its metrics need KD's kernel (``Inputs.kernel``; default False).
+    """
 
     #: whether its metrics need KD's kernel (``Inputs.kernel``)
     uses_kernel = False
@@ -94,17 +129,29 @@ class Family:
 
     def resample(self, inputs: Inputs, keys: Sequence[str], client_draws, model_draws):
         """(batch, len(keys), M, 2 + k) values of a batch of bootstrap resamples
-        (``metrics.bootstrap``: ``client_draws[c]`` the drawn rows of client c, (batch,
+        (``metrics._bootstrap``: ``client_draws[c]`` the drawn rows of client c, (batch,
         n_c), ``model_draws[g]`` of model g); None: score each resample afresh."""
         return None
 
 
 class Pooled:
-    """How a metric's ``all`` comes from statistics the sites share in plain Flower
-    (``distrank.flower``; a site shares them only where its node config says
-    ``share-stats``): :meth:`site` gives a site's statistics (name -> numpy array) of its
-    rows, :meth:`check` refuses malformed ones (a ValueError), :meth:`finish` gives each
-    model's ``all`` from every site's (n_i, statistics)."""
+    """How a metric's ``all`` comes from statistics the sites share in plain Flower.
+
+    A site (``distrank.flower``) shares them only where its node config says
+    ``share-stats``. A subclass gives ``site`` and ``finish`` (``check`` refuses nothing
+    by default).
+
+    Attributes
+    ----------
+    site
+        method ``site(x, device=None)``: a site's statistics (name -> numpy array) of
+        its rows ``x``.
+    check
+        method ``check(stats, n)``: refuses malformed statistics (a ValueError).
+    finish
+        method ``finish(sites, models, device=None)``: each model's ``all`` (model name
+        -> value) from every site's (n_i, statistics).
+    """
 
     def site(self, x, device=None) -> dict:
         raise NotImplementedError
@@ -118,19 +165,28 @@ class Pooled:
 
 
 class SecureSum:
-    """How a metric enters Flower's secure mode (``distrank.flower.secure``): the entries
-    a site adds to the sum, their public bounds, and what the server makes of the sum.
+    """How a metric enters Flower's secure mode (``distrank.flower.secure``).
 
-    ``plan`` is the run's public plan (models, dim, weights, feature_bound F, max_rows N,
-    kernel_bound). :meth:`blocks` lists (name, length, a bound on every entry's magnitude)
-    from public settings only; :meth:`site` gives a site's entries, block by block, from
-    its rows and (``needs_scores``) its client scores; :meth:`finish` gives, per
-    aggregation, (values, bounds) for every model from the summed blocks, whose entries
-    are each off by at most ``errors[block]``. ``moments``: the entries hold the site's
-    moments, which its policy must allow (``share-stats``). ``own_average``: its ``avg``
-    is the metric's own ``Metric.average`` of the sites' values, not the weighted mean
-    that a sum of weighted values gives (``Metric`` refuses a metric with its own
-    average and a secure sum without this).
+    It gives the entries a site adds to the sum, their public bounds, and what the server
+    makes of the sum. ``plan`` is the run's public plan (models, dim, weights,
+    feature_bound F, max_rows N, kernel_bound). ``blocks`` lists (name, length, a bound on
+    every entry's magnitude) from public settings only; ``site`` gives a site's entries,
+    block by block, from its rows and (``needs_scores``) its client scores; ``finish``
+    gives, per aggregation, (values, bounds) for every model from the summed blocks, whose
+    entries are each off by at most ``errors[block]``.
+
+    Attributes
+    ----------
+    needs_scores
+        whether ``site`` needs the site's client scores (default False).
+    moments
+        whether the entries hold the site's moments, which its policy must allow
+        (``share-stats``; default False).
+    own_average
+        whether its ``avg`` is the metric's own ``Metric.average`` of the sites' values,
+        not the weighted mean that a sum of weighted values gives
+        (:class:`~distrank.metrics.Metric` refuses a metric with its own average and a
+        secure sum without this; default False).
     """
 
     needs_scores = False
@@ -161,12 +217,30 @@ class SecureSum:
 
 
 class WeightedSum(SecureSum):
-    """avg = sum_i w_i D_i / sum_i w_i from each site's w_i D_i (w_i = n_i for size
-    weights, 1 for uniform), where ``abs(D) <= bound(plan)``: the masked form of the
-    default ``Metric.average`` (``clients.average``), the only one a sum of the sites'
-    weighted values gives (a metric with its own average is refused one).
-    ``unit(bounds, options)``: the most n_i D_i moves when one row is replaced (None:
-    unbounded); w_i D_i moves by that over ``min_rows`` under uniform weights."""
+    """avg = sum_i w_i D_i / sum_i w_i from each site's w_i D_i.
+
+    w_i = n_i for size weights, 1 for uniform. The masked form of the default
+    ``Metric.average`` (``clients.average``), the only one a sum of the sites' weighted
+    values gives (a metric with its own average is refused one).
+
+    Parameters
+    ----------
+    key
+        the metric's key: the name of the one block (an entry per model) and of the
+        score a site adds (``scores[model][key]``).
+    bound
+        ``bound(plan)``: a bound on ``abs(D)``; an entry is bounded by it times
+        ``plan.max_rows`` under size weights, times 1 under uniform ones.
+    unit
+        ``unit(bounds, options)``: the most n_i D_i moves when one row is replaced
+        (None: unbounded); w_i D_i moves by that over ``min_rows`` under uniform
+        weights (default None: no bound).
+
+    Attributes
+    ----------
+    needs_scores
+        True: ``site`` adds the site's client scores.
+    """
 
     needs_scores = True
 

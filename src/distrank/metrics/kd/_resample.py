@@ -1,6 +1,6 @@
 r"""KD of bootstrap resamples by re-weighting: every kernel block formed once and
 contracted with all B resamples' row counts (the module doc of
-:mod:`distrank.metrics.bootstrap` derives the U and V forms).
+``distrank.metrics._bootstrap`` derives the U and V forms).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
-from distrank.metrics.kd.sums import KernelSums
-from distrank.metrics.kernels import Kernel
-from distrank.metrics.metric import check_full_sample
+from distrank.metrics._kernels import Kernel
+from distrank.metrics._metric import check_full_sample
+from distrank.metrics.kd._sums import KernelSums
 
 __all__ = ["resampled_kernel_sums", "row_counts"]
 
@@ -36,7 +36,7 @@ def resampled_kernel_sums(
     resamples given by row counts.
 
     ``reference`` (n, d), ``client_index`` (n,) in 0..k-1 and ``models`` ((m_g, d)
-    arrays) are those of ``kd.sums.kernel_sums``; ``reference_counts`` is (B, n), the
+    arrays) are those of ``kd._sums.kernel_sums``; ``reference_counts`` is (B, n), the
     times each reference row is drawn in each resample (summing to n_i over client
     i's rows), and ``model_counts[g]`` is (B, m_g). Blocks of ``block_size`` rows are
     formed in ``dtype``; the forms are accumulated in float64.

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from distrank.clients import client_weights
-from distrank.metrics.fd.family import FD_METRIC
+from distrank.metrics.fd._family import FD_METRIC
 
 __all__ = [
     "TERMS",
@@ -30,7 +30,7 @@ __all__ = [
     "with_fd",
 ]
 
-#: FD's terms (metrics.fd.frechet.FrechetTerms), FD = mean + trace_reference + trace_model - 2 root.
+#: FD's terms (metrics.fd._frechet.FrechetTerms), FD = mean + trace_reference + trace_model - 2 root.
 TERMS = ("mean", "trace_reference", "trace_model", "root")
 #: ... and the part of the model's tr C_Y that lies between its classes (the rest is within).
 SPLIT = "trace_between"
@@ -45,7 +45,7 @@ def pca_basis(pool: np.ndarray, dims: int) -> np.ndarray:
     alike."""
     from sklearn.decomposition import PCA
 
-    from distrank.metrics.fd.frechet import one_thread_each
+    from distrank.metrics.fd._frechet import one_thread_each
 
     if not 1 <= dims <= min(pool.shape):
         raise ValueError(f"pca_dims: {dims} is not between 1 and {min(pool.shape)}")
@@ -91,7 +91,7 @@ class ClientGaussians:
     every client) and the pool's, and their weights."""
 
     def __init__(self, clients: Sequence[np.ndarray], weights: str, basis=None):
-        from distrank.metrics.fd.frechet import gaussian_stats, pool_stats
+        from distrank.metrics.fd._frechet import gaussian_stats, pool_stats
 
         self.basis = basis
         self.clients = [gaussian_stats(self.project(c)) for c in clients]
@@ -106,7 +106,7 @@ class ClientGaussians:
         """FD's :data:`TERMS` of each of ``models`` (rows, or Gaussian statistics)
         against the pool (``all``; ``pool`` in its place if given) and the clients'
         weighted mean (``avg``), one dict per model."""
-        from distrank.metrics.fd.frechet import GaussianStats, frechet_terms, gaussian_stats
+        from distrank.metrics.fd._frechet import GaussianStats, frechet_terms, gaussian_stats
 
         models = [
             m if isinstance(m, GaussianStats) else gaussian_stats(self.project(m)) for m in models
@@ -122,7 +122,7 @@ class ClientGaussians:
         r"""The terms of the fitted family's own Gaussian :math:`N(\bar\mu, sW + B)` at
         each scale s, against the clients' Gaussians and against their mixture's,
         :math:`N(\bar\mu, W + B)` (:math:`\lambda`-weighted, as Theorem 2's pool)."""
-        from distrank.metrics.fd.frechet import GaussianStats
+        from distrank.metrics.fd._frechet import GaussianStats
 
         lam, n = self.weights, sum(s.n for s in self.clients)
         means = np.stack([s.mean for s in self.clients])
@@ -238,8 +238,8 @@ def _terms(space: ClientGaussians, y: np.ndarray, labels) -> dict[str, np.ndarra
 
 def with_fd(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with FD's sum of its :data:`TERMS` as column ``fd``, as
-    :class:`~distrank.metrics.fd.frechet.FrechetTerms` sums them."""
-    from distrank.metrics.fd.frechet import FrechetTerms
+    :class:`~distrank.metrics.fd.FrechetTerms` sums them."""
+    from distrank.metrics.fd._frechet import FrechetTerms
 
     table["fd"] = FrechetTerms(*(table[term] for term in TERMS)).fd
     return table

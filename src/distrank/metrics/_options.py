@@ -1,17 +1,17 @@
 """The options of a scoring run: one frozen :class:`ScoreOptions`, composed of the shared
-options (:data:`SHARED`) and every registered metric's own (``Metric.options``), each an
-:class:`~distrank.metrics.metric.Option` declared once, checked once.
+options (``SHARED``) and every registered metric's own (``Metric.options``), each an
+:class:`~distrank.metrics.Option` declared once, checked once.
 
 :class:`ScoreOptions` is what :func:`distrank.metrics.score`,
-:func:`~distrank.metrics.reaggregate.score_partitions`,
-:func:`~distrank.metrics.bootstrap.bootstrap_scores` and
-:func:`~distrank.metrics.kd.privacy.private_scores` take; the ``distrank score`` command,
+:func:`~distrank.metrics.score_partitions`,
+:func:`~distrank.metrics.bootstrap_scores` and
+:func:`~distrank.metrics.kd.private_scores` take; the ``distrank score`` command,
 the Flower run config and the pipeline's ``metrics:`` section are read into it, and
-their flags, keys and defaults come from the declarations (:func:`specs`): the CLI's
+their flags, keys and defaults come from the declarations (``specs``): the CLI's
 flags and Flower's request keys are made from them, the Flower app's TOML, the
 pipeline's schema and config.yaml are tested against them. A metric registered later
 (a plugin) brings its options with it. The engines below the registry -- ``kd``,
-``subsets``, ``kd.resample``, ``prdc`` -- restate some defaults (they cannot import the
+``subsets``, ``kd._resample``, ``prdc`` -- restate some defaults (they cannot import the
 options); tests keep them equal. Where the work runs (``device``) and how it is blocked
 (``block_size``) are not options: they are arguments of the functions.
 """
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
 
 from distrank.clients import WEIGHTS
-from distrank.metrics.metric import ESTIMATORS, KERNELS, METRIC_KEYS, Option
-from distrank.metrics.registry import PACKAGE_METRICS, check_metrics, metric_options
+from distrank.metrics._metric import ESTIMATORS, KERNELS, METRIC_KEYS, Option
+from distrank.metrics._registry import PACKAGE_METRICS, check_metrics, metric_options
 
 __all__ = [
     "DTYPES",
@@ -97,7 +97,7 @@ LISTED = (
 
 
 def specs(metrics=None) -> dict[str, Option]:
-    """Option name -> :class:`~distrank.metrics.metric.Option`: the shared ones and those
+    """Option name -> :class:`~distrank.metrics.Option`: the shared ones and those
     of ``metrics`` (every registered metric by default; ``registry.PACKAGE_METRICS``: the
     package's alone), in :data:`LISTED` order, then the others'. A metric's option named
     like a shared one is a ValueError."""
@@ -112,16 +112,16 @@ def specs(metrics=None) -> dict[str, Option]:
 
 
 def package_specs() -> dict[str, Option]:
-    """:func:`specs` of the package's own metrics (what its TOML and schema declare)."""
+    """``specs`` of the package's own metrics (what its TOML and schema declare)."""
     return specs(PACKAGE_METRICS)
 
 
 class ScoreOptions:
-    """What is computed and how: every option of a scoring run (:func:`specs`), with its
+    """What is computed and how: every option of a scoring run (``specs``), with its
     default. Construction checks every value (a ``ValueError`` names the option); an
     option is read as an attribute (``options.kd_estimator``), never set.
 
-    The package's options (``help`` of each :data:`SHARED` option and ``Metric.options``):
+    The package's options (``help`` of each ``SHARED`` option and ``Metric.options``):
     ``metrics`` (registered metric keys; default ``metric.METRIC_KEYS``, the package's own
     but ``kd_sketch``), ``kernel``, ``kernel_params``, ``seed``, ``weights`` (lambda_i of
     ``avg``), ``dtype`` (KD and PRDC products; FD statistics are always float64); KD's
@@ -186,7 +186,7 @@ class ScoreOptions:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """The option names, in :func:`specs` order."""
+        """The option names, in ``specs`` order."""
         return tuple(specs())
 
     @classmethod

@@ -8,7 +8,7 @@ For each model and metric D the table holds
 
 (Wang et al., "Consistent Distributed Ranking of Generative Models via Kernel
 Distances", arXiv 2310.11714). Every metric is computed by its family
-(``metrics.registry``: KD from one set of kernel block sums, FD_all from the clients'
+(``metrics._registry``: KD from one set of kernel block sums, FD_all from the clients'
 Gaussian statistics, Precision/Recall/Density/Coverage from one blocked pass), given
 the inputs :func:`prepare` checks; when one family forms every product another's
 kernel sums need (PRDC's distance blocks, KD's sums), those products serve both: the
@@ -27,13 +27,13 @@ import torch
 from distrank._arrays import as_features, check_models, product_rows, resolve_device, work_dtype
 from distrank._checks import about
 from distrank.clients import client_groups
-from distrank.metrics import registry
-from distrank.metrics.family import Inputs, Run, Values
-from distrank.metrics.kd.sums import SumsBuilder
-from distrank.metrics.kernels import make_kernel, median_bandwidth, needs_bandwidth
-from distrank.metrics.options import ScoreOptions, score_options
-from distrank.metrics.registry import METRICS, uses_kernel
-from distrank.metrics.table import from_values
+from distrank.metrics import _registry
+from distrank.metrics._family import Inputs, Run, Values
+from distrank.metrics._kernels import make_kernel, median_bandwidth, needs_bandwidth
+from distrank.metrics._options import ScoreOptions, score_options
+from distrank.metrics._registry import METRICS, uses_kernel
+from distrank.metrics._table import from_values
+from distrank.metrics.kd._sums import SumsBuilder
 
 
 def prepare(
@@ -97,9 +97,9 @@ def kernel_of(x: torch.Tensor, options: ScoreOptions, *, median: bool = True):
 
 def check_rows(groups, models: Mapping, options: ScoreOptions) -> None:
     """TooFewRows naming the sample unless every client of ``groups`` and every model
-    holds the rows each metric of ``options`` needs (``registry.check_rows``)."""
+    holds the rows each metric of ``options`` needs (``_registry.check_rows``)."""
     sizes = {("client", name): int(n) for name, n in zip(groups.names, groups.sizes)}
-    registry.check_rows(sizes | {("model", n): y.shape[0] for n, y in models.items()}, options)
+    _registry.check_rows(sizes | {("model", n): y.shape[0] for n, y in models.items()}, options)
 
 
 def score(
@@ -123,7 +123,7 @@ def score(
     models
         model name -> (m, d) array of generated features.
     options
-        the :class:`~distrank.metrics.options.ScoreOptions` (metrics, kernel,
+        the :class:`~distrank.metrics.ScoreOptions` (metrics, kernel,
         estimator, weights, k of PRDC, dtype; None: the defaults), or a mapping of
         them; ``changes`` (option names as keywords) override them. The
         ``"subsets"`` estimator adds ``kd_std`` rows for ``all`` and each client.
@@ -136,7 +136,7 @@ def score(
     Returns
     -------
     pandas.DataFrame
-        The columns of :data:`distrank.metrics.table.COLUMNS`: model, metric,
+        The columns of ``COLUMNS``: model, metric,
         aggregation (``all``, ``avg``, ``client``), client (``str(label)``; ``""``
         unless aggregation is ``client``) and value; ``attrs["kernel_params"]``: the
         kernel's parameters as used (a median-heuristic bandwidth resolved).
@@ -180,7 +180,7 @@ def pooled_of(inputs: Inputs) -> dict[str, dict[str, float]]:
 
 
 def values_of(inputs: Inputs) -> Values:
-    """The :data:`~distrank.metrics.family.Values` of prepared ``inputs`` (one partition):
+    """The ``Values`` of prepared ``inputs`` (one partition):
     every family's plain path, the outputs of each model in the asked order."""
     opts = inputs.options
     runs = [f.plain(inputs, keys) for f, keys in by_family(opts.metrics).items()]  # checks first
@@ -194,7 +194,7 @@ def values_of(inputs: Inputs) -> Values:
 
 def share_products(runs: Sequence[Run]) -> list[Run]:
     """The runs, a run that feeds products and one that takes its sums from them made
-    one: the feeder's pass hands its product blocks to a ``kd.sums.SumsBuilder`` of the
+    one: the feeder's pass hands its product blocks to a ``kd._sums.SumsBuilder`` of the
     taker's kernel, whose sums give the taker's values (bit for bit those of its own
     pass: the same blocks in the same order), so the taker forms no product itself."""
     feeder = next((r for r in runs if r.feeds_products), None)
@@ -224,7 +224,7 @@ def score_client(
     """One client's scores of every model: what a client computes without sharing data.
 
     Equal to that client's ``client`` rows of :func:`score`: the client's rows scored
-    as one pool (:func:`pooled_of`, no table).
+    as one pool (``pooled_of``, no table).
 
     Parameters
     ----------

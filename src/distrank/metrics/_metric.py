@@ -3,7 +3,7 @@ vocabulary of the options it depends on.
 
 Torch-free (it imports only ``distrank._checks`` and ``distrank.clients``): the math
 modules, the options, the families that compute the metrics and the registry all build
-on it; the registered metrics are ``metrics.registry.METRICS``.
+on it; the registered metrics are ``metrics._registry.METRICS``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from distrank._checks import TooFewRows, positive_int
 FULL_SAMPLE_ESTIMATORS = ("unbiased", "biased")
 ESTIMATORS = (*FULL_SAMPLE_ESTIMATORS, "subsets")
 #: KD's kernels, and those with a bandwidth (translation-invariant, bounded in [0, 1],
-#: k(x, x) = 1); ``metrics.kernels`` computes them.
+#: k(x, x) = 1); ``metrics._kernels`` computes them.
 KERNELS = ("poly", "rbf", "laplace", "linear")
 BANDWIDTH_KERNELS = ("rbf", "laplace")
 
@@ -39,19 +39,38 @@ def check_full_sample(estimator: str, name: str = "kd_estimator", why: str = "")
 
 @dataclass(frozen=True)
 class Option:
-    """One scoring option, declared once: by the metric that reads it (``Metric.options``)
-    or, when several metrics read it, among the shared ones (``metrics.options.SHARED``);
-    ``metrics.options.ScoreOptions`` is composed of them.
+    """One scoring option, declared once.
 
-    ``name`` is its attribute of ``ScoreOptions`` and its key in a config's ``metrics:``
-    section; :attr:`key` (``-`` for ``_``) its key in Flower's run config and, after
-    ``--``, its flag of ``distrank score``. ``type`` is ``str``, ``int``, ``float`` or
-    ``bool`` (or the structure of a shared option the CLI and Flower read their own way:
-    ``metrics``, ``kernel_params``); ``default`` and ``help`` are what the CLI shows. A
-    value is checked by ``check`` (value -> the value kept; a ValueError naming the
-    option), else against ``choices`` or, for a number, ``minimum``. ``site``: a site
-    needs it to score, so that a Flower request carries it (not ``weights``: the server
-    averages).
+    It is declared by the metric that reads it (``Metric.options``) or, when several
+    metrics read it, among the shared ones (``metrics._options.SHARED``);
+    :class:`~distrank.metrics.ScoreOptions` is composed of them. A value is checked by
+    ``check``, else against ``choices`` or, for a number, ``minimum``, else by its
+    ``type``.
+
+    Attributes
+    ----------
+    name
+        its attribute of ``ScoreOptions`` and its key in a config's ``metrics:`` section.
+    type
+        ``str``, ``int``, ``float`` or ``bool`` (or the structure of a shared option the
+        CLI and Flower read their own way: ``metrics``, ``kernel_params``).
+    default
+        the default value, which the CLI shows.
+    help
+        the help text the CLI shows.
+    choices
+        the allowed values (default ``()``: not checked against a list).
+    minimum
+        the least value of an ``int`` or ``float`` option (default None: no bound).
+    check
+        value -> the value kept, a ValueError naming the option for a bad one (default
+        None: ``choices``, ``minimum`` and ``type`` check it); not compared.
+    site
+        whether a site needs it to score, so that a Flower request carries it (default
+        True; not ``weights``: the server averages).
+    key
+        ``name`` with ``-`` for ``_`` (``kd-estimator``): its key in Flower's run config
+        and, after ``--``, its flag of ``distrank score``.
     """
 
     name: str
@@ -93,7 +112,17 @@ class Option:
 @dataclass(frozen=True)
 class Rows:
     """The fewest rows a client (or the pooled reference) and a model must hold, and
-    what needs them (an error says ``"<sample> has r rows; <why> needs at least n"``)."""
+    what needs them: what a metric's ``needs`` returns.
+
+    Attributes
+    ----------
+    client
+        rows each client (and the pooled reference) must hold (default 1).
+    model
+        rows each model's sample must hold (default 1).
+    why
+        what needs them, for the error: ``"<sample> has r rows; <why> needs at least n"``.
+    """
 
     client: int = 1
     model: int = 1
@@ -104,33 +133,62 @@ class Rows:
 class Metric:
     """What the package knows of a metric (module doc).
 
-    ``agrees`` is ``SAFE`` or ``EXACT`` when ``avg`` may stand in for ``all``, for the
-    reason ``consistent``, unless an option breaks it: ``breaks`` maps an option name
-    to {value: why}. ``why_not`` says why ``avg`` need not rank like ``all`` otherwise.
-    ``needs`` gives the :class:`Rows` it needs under a ``ScoreOptions``; ``family`` is its
-    :class:`~distrank.metrics.family.Family`, ``secure`` its
-    :class:`~distrank.metrics.family.SecureSum` (None: no secure sum), ``pooled`` its
-    :class:`~distrank.metrics.family.Pooled` (how plain Flower gets its ``all`` from the
-    sites' statistics; None: it has no ``all`` there).
+    Every ``avg`` of the package is its ``average``: the table builder's
+    (``metrics._table.from_values``, ``metrics._table.averages``) and the metric's own
+    batched paths (KD's bootstrap). A secure sum that adds the sites' weighted values
+    (:class:`~distrank.metrics.WeightedSum`) computes the weighted mean only: a metric
+    with another ``average`` needs a ``secure`` whose ``own_average`` is True (or none),
+    else a ValueError.
 
-    What a page says of it without pooled data (``distrank.report``): ``provided``, the
-    conditions under which ``avg`` stands in for ``all`` (a ``SAFE`` metric);
-    ``pooled_from``, what its ``all`` needs beyond the clients' scores ("" : nothing
-    the clients can share). ``spreads``: the row keys it adds that are spreads, not
-    scores (no ``avg``, never ranked by). ``options``: the options it reads that no other
-    family does, each an :class:`Option` (metrics of one family may declare the same).
-    ``needs_models``: False for a metric whose
-    sites release something that scores any model later (a sketch): Flower sends such a
-    run no model, and a sketch table's report reads the confidence of its noise.
-
-    ``average(local, weights)``: its ``avg`` from the clients' values (clients on the last
-    axis) and the weights lambda_i (``clients.client_weights``); by default the weighted
-    mean sum_i lambda_i D_i (:func:`distrank.clients.average`). Every ``avg`` of the
-    package is this: the table builder's (``metrics.table.from_values``,
-    ``metrics.table.averages``) and the metric's own batched paths (KD's bootstrap). A
-    secure sum that adds the sites' weighted values (``family.WeightedSum``) computes
-    the weighted mean only: a metric with another ``average`` needs a ``secure`` whose
-    ``own_average`` is True (or none).
+    Attributes
+    ----------
+    key
+        the metric's key (``kd``, ``fd``, ...).
+    display
+        display name, the prefix of result-table columns (``KD_all``).
+    higher_is_better
+        whether a higher value is a better model.
+    family
+        its :class:`~distrank.metrics.Family`, which computes it (several metrics may
+        share one).
+    needs
+        a ``ScoreOptions`` -> the ``Rows`` it needs under them.
+    agrees
+        ``SAFE`` or ``EXACT`` when ``avg`` may stand in for ``all``, for the reason
+        ``consistent``, unless an option breaks it (default ``NOT_GUARANTEED``).
+    consistent
+        why ``avg`` stands in for ``all`` (default "").
+    why_not
+        why ``avg`` need not rank like ``all`` otherwise (default "").
+    breaks
+        option name -> {value: why} of the option values that break ``agrees``
+        (default empty).
+    secure
+        its :class:`~distrank.metrics.SecureSum` (default None: no secure sum).
+    pooled
+        its :class:`~distrank.metrics.Pooled`, how plain Flower gets its ``all`` from
+        the sites' statistics (default None: it has no ``all`` there).
+    provided
+        what a page says without pooled data (``distrank.report``): the conditions
+        under which ``avg`` stands in for ``all`` (a ``SAFE`` metric; default "").
+    pooled_from
+        what a page says its ``all`` needs beyond the clients' scores (default "":
+        nothing the clients can share).
+    spreads
+        the row keys it adds that are spreads, not scores (no ``avg``, never ranked
+        by; default ``()``).
+    options
+        the options it reads that no other family does, each an
+        :class:`~distrank.metrics.Option` (metrics of one family may declare the same;
+        default ``()``).
+    needs_models
+        False for a metric whose sites release something that scores any model later
+        (a sketch): Flower sends such a run no model, and a sketch table's report reads
+        the confidence of its noise (default True).
+    average
+        ``average(local, weights)``: its ``avg`` from the clients' values (clients on
+        the last axis) and the weights lambda_i (``clients.client_weights``); default
+        the weighted mean sum_i lambda_i D_i (``distrank.clients.average``).
     """
 
     key: str

@@ -1,19 +1,19 @@
 """FD, the Fréchet distance of Gaussian fits: its family and its metric.
 
-plain: per client, then pooled from the clients' statistics (``fd.frechet.pool_stats``), in
+plain: per client, then pooled from the clients' statistics (``fd._frechet.pool_stats``), in
 chunks of models and of clients (memory: a chunk of each, whatever their numbers); the
 pooled value alone (``Inputs.per_client`` False) from the same statistics, without the
 clients' Fréchet distances.
 partitions: one product of the reference with each model serves every partition
-(``fd.partitions.partition_fds``).
+(``fd._partitions.partition_fds``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from distrank.metrics.family import Family, Inputs, Pooled, Run, SecureSum, Values
-from distrank.metrics.metric import Metric, Rows
+from distrank.metrics._family import Family, Inputs, Pooled, Run, SecureSum, Values
+from distrank.metrics._metric import Metric, Rows
 
 #: Bytes of model statistics (a (d, d) covariance, or the (d, m <= d) centred rows) FD
 #: holds at once: models are scored in chunks of this.
@@ -24,7 +24,7 @@ class FD(Family):
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
         import numpy as np
 
-        from distrank.metrics.fd.frechet import (
+        from distrank.metrics.fd._frechet import (
             GaussianStats,
             factored,
             frechet_distances,
@@ -75,7 +75,7 @@ class FD(Family):
         return Run(compute)
 
     def partitions(self, inputs: Inputs, keys: Sequence[str]) -> dict[str, Values]:
-        from distrank.metrics.fd.partitions import partition_fds
+        from distrank.metrics.fd._partitions import partition_fds
 
         fds = partition_fds(inputs.reference, inputs.partitions, inputs.models, inputs.device)
         return {
@@ -91,10 +91,10 @@ def _bytes(s) -> int:
 
 class Gaussians(Pooled):
     """FD_all from the sites' Gaussian statistics (n_i, mean_i, C_i): the pooled Gaussian
-    fit of their rows (``fd.frechet.pool_stats``), exactly."""
+    fit of their rows (``fd._frechet.pool_stats``), exactly."""
 
     def site(self, x, device=None) -> dict:
-        from distrank.metrics.fd.frechet import gaussian_stats
+        from distrank.metrics.fd._frechet import gaussian_stats
 
         stats = gaussian_stats(x, device=device)
         return {"mean": stats.mean, "cov": stats.cov}
@@ -106,7 +106,7 @@ class Gaussians(Pooled):
             raise ValueError(f"statistics of shapes {shapes}: expected mean (d,) and cov (d, d)")
 
     def finish(self, sites, models, device=None) -> dict[str, float]:
-        from distrank.metrics.fd.frechet import (
+        from distrank.metrics.fd._frechet import (
             GaussianStats,
             frechet_distances,
             gaussian_stats,
@@ -134,7 +134,7 @@ class Moments(SecureSum):
     def site(self, plan, x, scores, centre, device=None) -> list:
         import numpy as np
 
-        from distrank.metrics.fd.frechet import gaussian_stats
+        from distrank.metrics.fd._frechet import gaussian_stats
 
         n, stats = len(x), gaussian_stats(x, device=device)
         offset = stats.mean - np.asarray(centre, np.float64)
@@ -144,7 +144,7 @@ class Moments(SecureSum):
     def finish(self, plan, sums, n, k, centre, models, errors, device=None):
         import numpy as np
 
-        from distrank.metrics.fd.frechet import (
+        from distrank.metrics.fd._frechet import (
             GaussianStats,
             fd_bound,
             frechet_distances,

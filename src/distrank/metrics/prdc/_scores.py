@@ -48,8 +48,8 @@ from distrank._arrays import (
 )
 from distrank._checks import positive_int
 from distrank.clients import client_groups
-from distrank.metrics.kernels import Centred, gram_blocks, sq_from_gram
-from distrank.metrics.metric import PRDC, check_names, check_sizes, prdc_rows
+from distrank.metrics._kernels import Centred, gram_blocks, sq_from_gram
+from distrank.metrics._metric import PRDC, check_names, check_sizes, prdc_rows
 
 # Elements of one distance block: 2**24 is 64 MiB in float32, 128 MiB in float64.
 
@@ -81,8 +81,8 @@ def prdc(
     dtype
         ``"float64"`` (exact comparisons) or ``"float32"`` (float32 GEMMs).
     products
-        a :class:`~distrank.metrics.kd.sums.SumsBuilder`, given every product
-        block this pass forms, in ``kd.sums.kernel_sums``' order, so that KD needs no
+        a ``SumsBuilder``, given every product
+        block this pass forms, in ``kd._sums.kernel_sums``' order, so that KD needs no
         GEMM of its own; needs ``recall`` and one of the other three metrics.
     per_client
         False: the pooled values alone (no client radii or hits), bit for bit those of True.

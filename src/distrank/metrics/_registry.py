@@ -3,15 +3,15 @@
 A metric owns its name and display name, its direction, the rows it needs, whether
 its client average ranks like its pooled value (and why: the report's verdict), how a
 site's value enters a secure sum (Flower's secure mode), and its compute paths -- its
-:class:`~distrank.metrics.family.Family`: ``plain`` (``metrics.score``), and, where
+:class:`~distrank.metrics.Family`: ``plain`` (``metrics.score``), and, where
 it has them, ``partitions`` (``metrics.score_partitions``) and ``resample``
-(``metrics.bootstrap``); a path it lacks is taken by scoring afresh. Several metrics
+(``metrics._bootstrap``); a path it lacks is taken by scoring afresh. Several metrics
 may share a family (PRDC's four come from one pass).
 
-A new metric is one file: a :class:`~distrank.metrics.family.Family` and a
+A new metric is one file: a :class:`~distrank.metrics.Family` and a
 :func:`register` call; an option of its own is an
-:class:`~distrank.metrics.metric.Option` in its ``Metric.options``, which every path then
-takes (``metrics.options.ScoreOptions`` is composed of the registered metrics' options:
+:class:`~distrank.metrics.Option` in its ``Metric.options``, which every path then
+takes (``metrics._options.ScoreOptions`` is composed of the registered metrics' options:
 :func:`metric_options`; ``tests/flower/test_new_metric.py`` adds one and finds it in
 every path). Torch-free, so the CLI, the config checks, the experiments and the figures
 can import it cheaply; the families import torch inside their methods.
@@ -22,11 +22,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 
-from distrank.metrics.fd.family import FD_METRIC
-from distrank.metrics.kd.family import KD_METRIC
-from distrank.metrics.metric import METRIC_KEYS, Metric, Option, check_names, check_sizes
-from distrank.metrics.prdc.family import COVERAGE, DENSITY, PRECISION, RECALL
-from distrank.metrics.sketch.family import KD_SKETCH
+from distrank.metrics._metric import METRIC_KEYS, Metric, Option, check_names, check_sizes
+from distrank.metrics.fd._family import FD_METRIC
+from distrank.metrics.kd._family import KD_METRIC
+from distrank.metrics.prdc._family import COVERAGE, DENSITY, PRECISION, RECALL
+from distrank.metrics.sketch._family import KD_SKETCH
 
 #: The package's metrics, in the order of ``metric.METRIC_KEYS`` (the default selection),
 #: then those a caller selects by name (KD from sketches, ``kd_sketch``).
@@ -39,8 +39,26 @@ assert tuple(METRICS)[: len(METRIC_KEYS)] == METRIC_KEYS
 
 
 def register(metric: Metric) -> Metric:
-    """Add ``metric`` to :data:`METRICS` (a key may be registered once; an option name
-    another metric declares must be that same :class:`~distrank.metrics.metric.Option`)."""
+    """Add ``metric`` to :data:`~distrank.metrics.METRICS`.
+
+    Parameters
+    ----------
+    metric
+        the :class:`~distrank.metrics.Metric` to add: its key not yet registered (a key
+        may be registered once), and each option name it declares that another metric
+        declares too the same :class:`~distrank.metrics.Option`.
+
+    Returns
+    -------
+    Metric
+        ``metric`` itself.
+
+    Raises
+    ------
+    ValueError
+        naming the metric: its key is registered already, or it declares an option
+        otherwise than another metric does.
+    """
     if metric.key in METRICS:
         raise ValueError(f"metric {metric.key!r} is registered twice")
     _merged([*METRICS.values(), metric])
@@ -49,7 +67,7 @@ def register(metric: Metric) -> Metric:
 
 
 def metric_options(metrics=None) -> dict[str, Option]:
-    """Option name -> :class:`~distrank.metrics.metric.Option` of ``metrics`` (the
+    """Option name -> :class:`~distrank.metrics.Option` of ``metrics`` (the
     registered ones by default), in their order: what ``ScoreOptions`` adds to the
     shared options."""
     return _merged(METRICS.values() if metrics is None else metrics)
@@ -68,7 +86,25 @@ def _merged(metrics) -> dict[str, Option]:
 
 
 def unregister(key: str) -> Metric:
-    """Remove a registered metric (a test's own, say); the package's are kept."""
+    """Remove a registered metric (a test's own, say); the package's are kept.
+
+    Parameters
+    ----------
+    key
+        the key of a metric that :func:`~distrank.metrics.register` added.
+
+    Returns
+    -------
+    Metric
+        the metric removed from :data:`~distrank.metrics.METRICS`.
+
+    Raises
+    ------
+    ValueError
+        when ``key`` is one of the package's own metrics.
+    KeyError
+        when no metric ``key`` is registered.
+    """
     if key in {m.key for m in PACKAGE_METRICS}:
         raise ValueError(f"metric {key!r} is one of the package's own")
     return METRICS.pop(key)

@@ -2,9 +2,9 @@
 
 The squared distances between reference and generated rows, the models' k-NN radii,
 Recall's hits and each reference row's nearest generated row are the same for every
-partition (the definitions are in :mod:`distrank.metrics.prdc.scores`); a partition only
+partition (the definitions are in :mod:`distrank.metrics.prdc`); a partition only
 changes the reference radii (k-NN within each client) and which rows count together.
-The values equal those of :func:`distrank.metrics.prdc.scores.prdc` on each partition afresh.
+The values equal those of :func:`distrank.metrics.prdc.prdc` on each partition afresh.
 """
 
 from __future__ import annotations
@@ -16,18 +16,43 @@ import numpy as np
 import torch
 
 from distrank._arrays import column_mean, product_rows
-from distrank.metrics.kernels import sq_euclidean, sq_norms
-from distrank.metrics.prdc.scores import _knn_sq_radii
+from distrank.metrics._kernels import sq_euclidean, sq_norms
+from distrank.metrics.prdc._scores import _knn_sq_radii
 
 __all__ = ["partition_prdc"]
 
 
 def partition_prdc(x, groups: Mapping, ys: Mapping, wanted, pr_k, dc_k, dt, dev) -> dict:
-    """PRDC of every model against the pool and every client of every partition:
-    partition -> model -> metric -> (pooled value, (k,) per-client values).
+    """PRDC of every model against the pool and every client of every partition.
 
     One pass over (reference block x model block) per model; each block's hits are
     counted for the pool and for every partition at once, into per-client sums.
+
+    Parameters
+    ----------
+    x
+        (n, d) torch tensor of the pooled reference rows.
+    groups
+        partition name -> ``distrank.clients.ClientGroups`` of the rows of ``x``.
+    ys
+        model name -> (m, d) torch tensor of the model's rows.
+    wanted
+        the metrics, among ``"precision"``, ``"recall"``, ``"density"`` and
+        ``"coverage"``.
+    pr_k
+        k of the k-NN radii of Precision (the reference's) and Recall (the model's).
+    dc_k
+        k of the reference's k-NN radii of Density and Coverage.
+    dt
+        torch dtype of the distance blocks.
+    dev
+        torch device of the products.
+
+    Returns
+    -------
+    dict
+        partition -> model -> metric -> (pooled value, (k,) numpy array of per-client
+        values), k the partition's clients.
     """
     ref = x.to(device=dev, dtype=dt, copy=True)
     center = column_mean(ref).to(dt)
@@ -75,7 +100,7 @@ class _Split:
 
 class _Counts:
     """Per-client hit counts of one split and one model, summed block by block in the
-    float64 arithmetic of :mod:`distrank.metrics.prdc.scores` (counts are exact)."""
+    float64 arithmetic of :mod:`distrank.metrics.prdc` (counts are exact)."""
 
     def __init__(self, split: _Split, wanted, pr_k: int, dc_k: int, m: int):
         f64, dev = torch.float64, split.index.device

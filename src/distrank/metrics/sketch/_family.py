@@ -1,9 +1,9 @@
 """KD from kernel mean sketches: its family and its metric (``kd_sketch``).
 
-The rbf kernel's KD through random Fourier features (:mod:`distrank.metrics.sketch.maps`):
+The rbf kernel's KD through random Fourier features (:mod:`distrank.metrics.sketch`):
 the pooled reference, each client and each model are sketched once with the public map
 of (``seed``, d, :data:`DIM`, the rbf ``bandwidth``), and every value is the U-statistic
-of the sketched kernel (``sketch.maps.sketch_kd``). The sketched kernel is a kernel, so
+of the sketched kernel (``sketch._maps.sketch_kd``). The sketched kernel is a kernel, so
 Theorem 1 holds for it: ``avg`` is ``all`` plus a model-free offset under size weights.
 Its secure sum (Flower's secure mode, :class:`SketchSum`) is the sum of the sites'
 n_i s_i: the server learns the pooled sketch, from which it scores any model, and the
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distrank.metrics.family import Family, Inputs, Run, SecureSum, Values
-from distrank.metrics.metric import SAFE, Metric, Rows
+from distrank.metrics._family import Family, Inputs, Run, SecureSum, Values
+from distrank.metrics._metric import SAFE, Metric, Rows
 
 #: the sketch dimension of the ``kd_sketch`` metric
 DIM = 4096
@@ -27,7 +27,7 @@ DIM = 4096
 
 def feature_map(options, dim: int):
     """The public map of a scoring call: rbf only, its bandwidth resolved, ``options.seed``."""
-    from distrank.metrics.sketch.maps import FeatureMap
+    from distrank.metrics.sketch._maps import FeatureMap
 
     if options.kernel != "rbf":
         raise ValueError(
@@ -40,7 +40,7 @@ class KDSketch(Family):
     uses_kernel = True  # the rbf bandwidth, resolved by the scorer
 
     def plain(self, inputs: Inputs, keys: Sequence[str]) -> Run:
-        from distrank.metrics.sketch.maps import sketch_kd
+        from distrank.metrics.sketch._maps import sketch_kd
 
         def compute() -> Values:
             x = inputs.reference.double().cpu().numpy()
@@ -75,7 +75,7 @@ class SketchSum(SecureSum):
         return [len(x) * plan_map(plan).sketch(x).mean]
 
     def finish(self, plan, sums, n, k, centre, models, errors, device=None):
-        from distrank.metrics.sketch.maps import sketch_kd
+        from distrank.metrics.sketch._maps import sketch_kd
 
         fmap, pooled = plan_map(plan), pooled_sketch(plan, sums, n)
         values = np.array([sketch_kd(pooled, fmap.sketch(np.asarray(y))) for y in models.values()])
@@ -94,14 +94,14 @@ class SketchSum(SecureSum):
 
 def plan_map(plan):
     """The public feature map of a secure plan (its dim, seed and bandwidth)."""
-    from distrank.metrics.sketch.maps import FeatureMap
+    from distrank.metrics.sketch._maps import FeatureMap
 
     return FeatureMap(plan.dim, DIM, plan.bandwidth, plan.seed)
 
 
 def pooled_sketch(plan, sums, n: int):
     """The pooled sketch of a secure sum."""
-    from distrank.metrics.sketch.maps import Sketch
+    from distrank.metrics.sketch._maps import Sketch
 
     return Sketch(sums["sketch"] / n, n, plan_map(plan).meta())
 

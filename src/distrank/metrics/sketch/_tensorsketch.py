@@ -1,6 +1,6 @@
 r"""TensorSketch of KID's cubic kernel: a mean sketch per site for the poly kernel.
 
-KID's kernel (:mod:`distrank.metrics.kernels`, ``poly``) is a pure cubic of an
+KID's kernel (:func:`~distrank.metrics.make_kernel`, ``poly``) is a pure cubic of an
 augmented inner product: with :math:`x' = [\sqrt\gamma\, x, \sqrt{c}]` (one constant
 coordinate; :math:`c \ge 0`),
 
@@ -52,7 +52,7 @@ import math
 import numpy as np
 
 from distrank._checks import positive_int
-from distrank.metrics.sketch.maps import VERSION, Sketch
+from distrank.metrics.sketch._maps import VERSION, Sketch
 
 DEGREE = 3
 #: the metadata fields two TensorSketches scored together must share
@@ -62,12 +62,38 @@ KERNEL = "poly3-tensorsketch"
 
 
 class TensorSketchMap:
-    """TensorSketch psi of (gamma <x, y> + coef0)^3 on ``input_dim``-d rows, ``dim``
-    features, hashes and signs from ``seed``.
+    """TensorSketch psi of (gamma <x, y> + coef0)^3 on ``input_dim``-d rows.
 
-    ``clip_norm`` C scales rows with ``|x| > C`` down to norm C before the map;
-    ``feature_norm`` B scales sketched rows with ``|psi(x)| > B`` down to norm B (both
-    None: no clipping). Hashes of a map of dim D' dividing D are those of D mod D'.
+    ``dim`` features, hashes and signs from ``seed``. Hashes of a map of dim D' dividing
+    D are those of D mod D'. A bad argument is a ValueError naming it.
+
+    Parameters
+    ----------
+    input_dim
+        d, the features of each row (>= 1).
+    dim
+        D, the features of the sketch (>= 2).
+    gamma
+        > 0, the scale of the inner product (None, the default: 1 / input_dim).
+    coef0
+        c >= 0, the constant (default 1.0).
+    seed
+        of the hashes and signs (default 0).
+    clip_norm
+        C: scales rows with ``|x| > C`` down to norm C before the map (default None:
+        no clipping).
+    feature_norm
+        B: scales sketched rows with ``|psi(x)| > B`` down to norm B (default None: no
+        clipping), which makes the mean sketch's sensitivity 2B/n (module doc).
+
+    Attributes
+    ----------
+    hashes
+        numpy.ndarray, shape (3, d + 1): each count sketch's bucket (in 0..D-1) for each
+        coordinate of x'.
+    signs
+        numpy.ndarray, shape (3, d + 1): the matching signs (+-1). The arguments are
+        kept under their names.
     """
 
     def __init__(
@@ -186,6 +212,21 @@ def tensorsketch_kd(reference: Sketch, model: Sketch) -> float:
 
     :math:`\bar q` a sketch's mean sketched squared norm (``meta["diagonal"]``):
     unbiased for KID's U-statistic (Binkowski et al., ICLR 2018) over the hashes.
+
+    Parameters
+    ----------
+    reference
+        the reference's :class:`~distrank.metrics.sketch.Sketch` (s, n >= 2 rows), from
+        :meth:`~distrank.metrics.sketch.TensorSketchMap.sketch`.
+    model
+        the model's :class:`~distrank.metrics.sketch.Sketch` (t, m >= 2 rows), of a map
+        with the same fields (``MAP_FIELDS``).
+
+    Returns
+    -------
+    float
+        The estimate; a ValueError names a field on which the maps differ, or a sketch
+        of fewer than 2 rows.
     """
     for key in MAP_FIELDS:
         if reference.meta.get(key) != model.meta.get(key):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import pandas as pd
 
 from distrank._io import read_json, write_json
-from distrank.metrics.table import averages, from_values
+from distrank.metrics._table import averages, from_values
 
 __all__ = ["average_client_files", "collect", "score_centralized_file", "score_client_file"]
 
@@ -21,10 +21,10 @@ __all__ = ["average_client_files", "collect", "score_centralized_file", "score_c
 def score_client_file(client_path, model_paths: Mapping, out_path, *, client: str, options) -> dict:
     """Score every model (name -> feature file) on one client's features; write and
     return the record: the client's row count and, per model, m and its scores.
-    ``options``: :class:`~distrank.metrics.options.ScoreOptions` or a mapping of them
+    ``options``: :class:`~distrank.metrics.ScoreOptions` or a mapping of them
     (the pipeline's ``metrics:`` section)."""
     from distrank.features.cache import load_features
-    from distrank.metrics.scoring import score_client
+    from distrank.metrics._scoring import score_client
 
     x = load_features(client_path)
     ys = {name: load_features(path) for name, path in model_paths.items()}
@@ -73,8 +73,8 @@ def score_centralized_file(
     computed from them)."""
     from distrank.clients import UNASSIGNED, load_manifest
     from distrank.features.cache import load_features
-    from distrank.metrics.options import score_options
-    from distrank.metrics.scoring import pooled_of, prepare
+    from distrank.metrics._options import score_options
+    from distrank.metrics._scoring import pooled_of, prepare
 
     owner = load_manifest(manifest_path)
     pooled_rows = owner != UNASSIGNED

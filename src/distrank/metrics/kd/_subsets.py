@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from distrank._arrays import column_mean, product_rows, resolve_device, work_dtype
-from distrank.metrics.kernels import Kernel
+from distrank.metrics._kernels import Kernel
 
 ACC = torch.float64
 COLUMNS = 2048  # membership columns per product in K_YY (bounds the block x columns buffer)
@@ -232,8 +232,41 @@ def subset_kd(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and std (ddof=0) of KD over the subsets, each (models, 1 + clients).
 
-    Column 0 is the pooled reference, column 1 + c client c (see :func:`subset_values`);
-    kernel blocks are formed in ``dtype`` on ``device``, subset sums kept in float64.
+    Column 0 is the pooled reference, column 1 + c client c (each subset's KD:
+    ``subset_values``); kernel blocks are formed in ``dtype`` on ``device``, subset sums
+    kept in float64. The draws are KID's (module doc): a fresh
+    ``numpy.random.RandomState(seed)`` per (model, part) pair; client c's subsets index
+    its rows in reference order, as ``reference[client_index == c]``.
+
+    Parameters
+    ----------
+    reference
+        (n, d) numpy or torch array of the pooled reference rows.
+    client_index
+        (n,) int array: each row's client, in 0..k-1 (None: the pool only, one column).
+    models
+        sequence of (m, d) numpy or torch arrays, the models' rows.
+    kernel
+        KD's kernel, every parameter fixed (``make_kernel``).
+    n_subsets
+        random subsets per (model, part) pair (default 100).
+    subset_size
+        rows of X and of Y in each subset (default 1000); the pool, every client and
+        every model must hold at least this many (checked by the caller).
+    seed
+        of each pair's ``RandomState`` (default 0).
+    dtype
+        ``"float32"`` (default) or ``"float64"``: of the rows and the kernel blocks.
+    device
+        torch device (``None``: CUDA if available, else CPU).
+    block_size
+        rows of one product block (``None``: 64 MiB blocks, 4096 rows in float32, 2816
+        in float64).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        (mean, std), each (models, 1 + k) float64: column 0 the pool, 1 + c client c.
     """
     dev, dt = resolve_device(device), work_dtype(dtype)
     x = torch.as_tensor(reference).to(device=dev, dtype=dt)
