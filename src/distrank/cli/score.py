@@ -128,7 +128,10 @@ def add_private_and_interval_arguments(p: argparse.ArgumentParser) -> None:
     from distrank.metrics._bootstrap import bootstrap_scores
 
     d = library_defaults(bootstrap_scores)
-    g = p.add_argument_group("private scores and intervals (distrank.metrics._privacy, .bootstrap)")
+    g = p.add_argument_group(
+        "private scores (distrank.metrics.kd.private_scores) and intervals "
+        "(distrank.metrics.bootstrap_scores)"
+    )
     g.add_argument(
         "--private",
         type=float,
@@ -283,7 +286,7 @@ def private(inputs, options, meta: dict, args):
     )
     meta["options"] = options.as_dict()
     meta["privacy"] = {
-        "mechanism": "Gaussian, per client and model (distrank.metrics.kd._privacy)",
+        "mechanism": "Gaussian, per client and model (distrank.metrics.kd.private_scores)",
         "epsilon": budget.epsilon,
         "delta": budget.delta,
         "n_releases": budget.n_releases,
@@ -316,7 +319,7 @@ def intervals(table, inputs, options, meta: dict, args):
     )
     meta["intervals"] = {
         "method": "percentile bootstrap: reference rows within clients, generated rows "
-        "per model (distrank.metrics._bootstrap)",
+        "per model (distrank.metrics.bootstrap_scores)",
         "n_resamples": args.intervals,
         "confidence_level": args.confidence_level,
     }
