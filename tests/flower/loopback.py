@@ -10,6 +10,7 @@ ls``, never from an exit code (``flwr run --stream`` exits 0 when the run failed
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -170,12 +171,22 @@ class Loopback:
         return started["run-id"]
 
     def wait_finished(self, run_id: str, timeout: float) -> dict:
+        # One `flwr log` (its stream ends when the run does) instead of polling `flwr ls`:
+        # each flwr call is a Python start-up of about a CPU-second.
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(
+                    [str(BIN / "flwr"), "log", run_id, "loopback", "--stream"],
+                    env=self.env,
+                    capture_output=True,
+                    timeout=left,
+                    cwd=self.root,
+                )
             (run,) = self.flwr("ls", "loopback", "--run-id", run_id)["runs"]
             if run["status"].startswith("finished"):
                 return run
-            time.sleep(2.0)  # each flwr call is a Python start-up
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
         raise AssertionError(
             f"run {run_id} not finished after {timeout} s: {run}\n"
             + self.logs["superlink"].read_text()[-3000:]
