@@ -78,17 +78,18 @@ def main(grid: Grid, context: Context) -> None:
     asks = [Message(query.copy(), dst_node_id=n, message_type="query") for n in nodes]
     for reply in grid.send_and_receive(asks, timeout=60):
         got["round 1"].append(reply.content.config_records["site"]["error"])
+    asks = []
     for n in nodes:
         content = compat.fitins_to_recorddict(FitIns(Parameters([], ""), {}), True)
         content.config_records["secaggplus_configs"] = ConfigRecord({})
-        ask = Message(content, dst_node_id=n, message_type="train.default")
-        for reply in grid.send_and_receive([ask], timeout=60):
-            if reply.has_error():
-                got["train.default"].append({"refused": reply.error.reason})
-                continue
-            res = compat.recorddict_to_fitres(reply.content, keep_input=True)
-            (limbs,) = parameters_to_ndarrays(res.parameters)
-            got["train.default"].append({"limbs": limbs.tolist()})
+        asks.append(Message(content, dst_node_id=n, message_type="train.default"))
+    for reply in grid.send_and_receive(asks, timeout=60):
+        if reply.has_error():
+            got["train.default"].append({"refused": reply.error.reason})
+            continue
+        res = compat.recorddict_to_fitres(reply.content, keep_input=True)
+        (limbs,) = parameters_to_ndarrays(res.parameters)
+        got["train.default"].append({"limbs": limbs.tolist()})
     with open(context.run_config["out"], "w") as f:
         json.dump(got, f)
 """
