@@ -1,5 +1,8 @@
 """Zoo persistence, dispatch and the torch session (distrank.zoo)."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -34,3 +37,23 @@ def test_torch_session_restores_global_state():
     assert not torch.are_deterministic_algorithms_enabled()
     with zoo.torch_session(seed=0):
         assert torch.equal(torch.rand(3), inside)
+
+
+def test_torch_session_sets_the_kernels_flag_without_loading_the_compiler():
+    """As torch.use_deterministic_algorithms: the public getters read the flag, and
+    torch.empty fills with NaN (its deterministic mode), yet torch._inductor, _dynamo
+    and sympy stay unloaded in a fresh process (they cost 1.3 CPU-s a job)."""
+    code = """if True:
+        import sys, torch
+        from distrank import zoo
+        with zoo.torch_session(seed=0):
+            on = torch.are_deterministic_algorithms_enabled()
+            warn = torch.is_deterministic_algorithms_warn_only_enabled()
+            nan = bool(torch.empty(64).isnan().all())
+        zoo.deterministic_algorithms(True, warn_only=True)
+        warn_after = torch.is_deterministic_algorithms_warn_only_enabled()
+        loaded = [m for m in ("torch._inductor", "torch._dynamo", "sympy") if m in sys.modules]
+        print(on, warn, nan, warn_after, torch.are_deterministic_algorithms_enabled(), loaded)
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[0] == "True False True True True []"

@@ -168,11 +168,11 @@ def training_session(seed: int, threads: int, device: torch.device):
     deterministic kernels), relaxed to warnings on CUDA, where some backward kernels
     (e.g. adaptive average pooling's) have no deterministic version; the bitwise
     guarantees of this package are the CPU's."""
-    from distrank.zoo import torch_session
+    from distrank.zoo import deterministic_algorithms, torch_session
 
     with torch_session(seed, threads):
         if device.type == "cuda":
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            deterministic_algorithms(True, warn_only=True)
         yield
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "save_state",
     "load_state",
     "torch_session",
+    "deterministic_algorithms",
 ]
 
 #: Learned families, name -> module under distrank.zoo with train_<name>/sample_<name>.
@@ -363,9 +364,34 @@ def torch_session(seed: int, threads: int = 2):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         torch.set_num_threads(max(1, min(threads, prev_threads)))
-        torch.use_deterministic_algorithms(True)
+        deterministic_algorithms(True)
         try:
             yield
         finally:
             torch.set_num_threads(prev_threads)
-            torch.use_deterministic_algorithms(prev_det)
+            deterministic_algorithms(prev_det)
+
+
+def deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=warn_only)`` without the
+    import of ``torch._inductor`` (and with it ``torch._dynamo`` and sympy) that it makes
+    to set a flag only ``torch.compile`` reads: 1.3 CPU-s, a third of a small job's
+    start. The kernels' flag is set as the public call sets it; the public call is made
+    where ``torch._inductor`` is already loaded, or where the flag's setter is gone.
+
+    Parameters
+    ----------
+    mode : bool
+        Whether torch's kernels must be deterministic (or raise, or warn).
+    warn_only : bool
+        A kernel without a deterministic version warns instead of raising.
+    """
+    import sys
+
+    import torch
+
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_flag is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        set_flag(mode, warn_only=warn_only)
