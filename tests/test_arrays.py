@@ -19,6 +19,17 @@ def test_a_non_finite_entry_in_any_row_block_is_found(row, bad):
     assert str(err.value) == "reference: contains NaN or infinite values"
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_finite_entries_whose_sum_overflows_are_finite_and_opposite_infinities_are_not(dtype):
+    big = np.finfo(dtype).max
+    x = np.full((4, 3), big, dtype=dtype)  # every block's sum overflows to +inf
+    assert np.isfinite(x).all() and _all_finite(torch.from_numpy(x), elements=6)
+    x[1] = -big  # a block whose sum is finite
+    assert _all_finite(torch.from_numpy(x), elements=6)
+    x[3, :2] = [np.inf, -np.inf]  # their sum is NaN
+    assert not np.isfinite(x).all() and not _all_finite(torch.from_numpy(x), elements=6)
+
+
 def test_column_mean_in_row_blocks_is_the_float64_mean():
     x = np.random.default_rng(0).normal(3.0, 2.0, size=(101, 7)).astype(np.float32)
     exact = x.astype(np.float64).mean(axis=0)
