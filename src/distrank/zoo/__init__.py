@@ -21,6 +21,7 @@ torch is imported lazily, so degradations work without it.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import numpy as np
 
@@ -386,8 +387,6 @@ def deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
     warn_only : bool
         A kernel without a deterministic version warns instead of raising.
     """
-    import sys
-
     import torch
 
     set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
